@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up shared by the README's two commands and by CI:
+#   1. a virtualenv in .venv with the pinned packages,
+#   2. a running Docker engine (Debian's docker.io, started with no bridge network), or bubblewrap,
+#   3. the sandbox base image t1jax/base:bookworm, built offline-style with debootstrap.
+# Each step says clearly what failed and what to do. Set T1JAX_SKIP_DOCKER=1 to use bubblewrap only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BASE_IMAGE=${T1JAX_BASE_IMAGE:-t1jax/base:bookworm}
+BASE_PACKAGES=python3,python3-pytest,procps,git,sqlite3,jq,make,file,bzip2,xz-utils,ca-certificates
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[31m[setup] ERROR:\033[0m %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
+
+# --- 1. Python environment -------------------------------------------------------------------
+PY=${PYTHON:-python3}
+command -v "$PY" >/dev/null || die "python3 not found; install Python 3.11+ and re-run."
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python 3.11+ required ($("$PY" --version))."
+if [ ! -x .venv/bin/python ]; then
+  log "creating virtualenv .venv"
+  "$PY" -m venv .venv || die "python3 -m venv failed; install the venv module (apt-get install python3-venv)."
+fi
+STAMP=.venv/.requirements.sha256
+WANT=$(cat requirements.txt requirements-test.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  log "installing pinned packages (requirements.txt, requirements-test.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -r requirements.txt -r requirements-test.txt \
+    || die "pip install failed (see above); the package index must be reachable."
+  echo "$WANT" > "$STAMP"
+fi
+
+# --- 2. Sandbox engine ------------------------------------------------------------------------
+apt_install() {
+  command -v apt-get >/dev/null || return 1
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+docker_ok() { docker info >/dev/null 2>&1; }
+need_bwrap() {
+  command -v bwrap >/dev/null || apt_install bubblewrap ||
+    die "neither Docker nor bubblewrap is available; install docker.io or bubblewrap and re-run."
+}
+
+if [ "${T1JAX_SKIP_DOCKER:-0}" = 1 ]; then
+  log "T1JAX_SKIP_DOCKER=1: using the bubblewrap sandbox"; need_bwrap
+elif docker_ok; then
+  log "Docker engine is running"
+else
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+    log "installing Debian's docker.io, debootstrap and bubblewrap"
+    apt_install docker.io debootstrap bubblewrap ||
+      die "could not install docker.io (needs root and apt). Install Docker yourself, or set T1JAX_SKIP_DOCKER=1 to use bubblewrap."
+  fi
+  if [ "$(id -u)" = 0 ]; then
+    log "starting dockerd (--bridge=none --iptables=false: sandboxes get no network)"
+    mkdir -p /var/lib/t1jax
+    nohup dockerd --bridge=none --iptables=false --ip-masq=false >/var/log/t1jax-dockerd.log 2>&1 &
+    echo $! > /var/lib/t1jax/dockerd.pid
+    for _ in $(seq 60); do docker_ok && break; sleep 0.5; done
+    docker_ok || die "dockerd did not start; see /var/log/t1jax-dockerd.log"
+  else
+    die "Docker is installed but not running and we are not root. Start it (sudo systemctl start docker, or sudo dockerd --bridge=none --iptables=false &) and add yourself to the docker group, or set T1JAX_SKIP_DOCKER=1 for bubblewrap."
+  fi
+fi
+
+# --- 3. Sandbox base image / rootfs -----------------------------------------------------------
+ROOTFS=${T1JAX_ROOTFS:-$HOME/.cache/t1jax/rootfs-bookworm}
+build_rootfs() {
+  command -v debootstrap >/dev/null || apt_install debootstrap || die "debootstrap missing; apt-get install debootstrap"
+  log "building the sandbox root filesystem with debootstrap (about a minute)"
+  rm -rf "$ROOTFS.tmp"; mkdir -p "$(dirname "$ROOTFS")"
+  as_root debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$ROOTFS.tmp" \
+    >/tmp/t1jax-debootstrap.log 2>&1 || die "debootstrap failed; see /tmp/t1jax-debootstrap.log"
+  as_root rm -rf "$ROOTFS.tmp"/var/cache/apt/archives/*.deb
+  mv "$ROOTFS.tmp" "$ROOTFS"
+}
+if [ "${T1JAX_SKIP_DOCKER:-0}" = 1 ]; then
+  [ -x "$ROOTFS/usr/bin/python3" ] || build_rootfs
+elif ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  [ -x "$ROOTFS/usr/bin/python3" ] || build_rootfs
+  log "importing $ROOTFS as $BASE_IMAGE"
+  tar -C "$ROOTFS" -c . | docker import -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    -c 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null || die "docker import of the base image failed"
+fi
+log "ready"

@@ -1,0 +1,77 @@
+"""The Sandbox protocol every backend implements, and the limits a sandbox runs under.
+
+An agent's commands run in a sandbox through one persistent shell; the verifier needs files in and
+out and a snapshot of the agent's filesystem. Backends: `docker.DockerSandbox` (the default) and
+`bwrap.BwrapSandbox` (no daemon needed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol, runtime_checkable
+
+# Labels on every Docker object we create, so a reaper can find leftovers of crashed runs.
+LABEL_OWNER = "t1jax.owner"
+LABEL_RUN = "t1jax.run"
+LABEL_PID = "t1jax.pid"
+LABEL_HOST = "t1jax.host"
+
+
+class SandboxError(RuntimeError):
+    """A sandbox could not be created, reached or used; the message says which and why."""
+
+
+class StorageQuotaExceeded(SandboxError):
+    """The sandbox wrote more than its storage quota; the episode fails with this error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecResult:
+    """What one shell command produced.
+
+    `exit_code` is None when the command was killed for its timeout or its output flood.
+    `truncated` says the middle of `output` was cut to the configured cap (a marker shows where).
+    `shell_restarted` says the shell itself had to be replaced (state restored from its last save).
+    """
+    output: str
+    exit_code: int | None
+    timed_out: bool = False
+    truncated: bool = False
+    duration_s: float = 0.0
+    output_bytes: int = 0
+    shell_restarted: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Resources for one sandbox; tasks give cpus/memory/storage, the run config the rest."""
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    storage_mb: int = 10240
+    pids: int = 512
+    nofile: int = 4096
+    # Output kept per command (head + tail); Terminus-2 keeps 10 KB.
+    max_output_bytes: int = 10_000
+    # A command producing more than this is killed like a timeout: a `yes` flood must not spin
+    # the reader for the whole timeout.
+    kill_output_bytes: int = 16 * 1024 * 1024
+    default_timeout_s: float = 180.0
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A running, isolated shell environment. Use as a context manager: closed on every path."""
+
+    def exec(self, cmd: str, timeout: float | None = None) -> ExecResult: ...
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    def get(self, path: str) -> bytes: ...
+
+    def snapshot(self) -> str: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Sandbox": ...
+
+    def __exit__(self, *exc) -> None: ...

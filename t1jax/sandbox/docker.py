@@ -1,0 +1,277 @@
+"""Docker sandbox: one container per trial, no network, capped resources, one persistent shell.
+
+The container runs `sleep infinity` under Docker's init (which reaps zombies); the agent's shell is
+a `docker exec` whose stdin/stdout we hold as a socket. Labels name the owning process so that
+`reaper.reap()` removes what a killed run left behind.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import select
+import socket
+import struct
+import tarfile
+import threading
+import time
+import uuid
+
+from t1jax.sandbox import base
+from t1jax.sandbox.base import ExecResult, Limits, SandboxError, StorageQuotaExceeded
+from t1jax.sandbox.shell import KILL_SCRIPT, PersistentShell
+
+# Capabilities kept: what `apt-get install` and `chown`-ing files inside a task need (apt drops
+# to the _apt user: SETUID/SETGID; dpkg sets owners and modes: CHOWN/FOWNER/FSETID;
+# root writing into other users' dirs: DAC_OVERRIDE) plus KILL, so the root kill helper can
+# stop a timed-out command owned by a non-root agent user. Everything else is dropped.
+KEPT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"]
+STORAGE_CHECK_INTERVAL_S = 1.0
+
+
+def docker_client(timeout_s: float = 120.0):
+    """A Docker client from the environment (DOCKER_HOST), or a clear error saying what to do."""
+    import docker
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+        return client
+    except Exception as err:  # the SDK raises several unrelated types here
+        raise SandboxError(
+            "cannot reach a Docker engine (DOCKER_HOST or /var/run/docker.sock): "
+            f"{err}. Run scripts/setup.sh, or use sandbox.backend='bwrap'.") from err
+
+
+class _ExecSocket:
+    """Transport over a `docker exec` attach socket; demultiplexes Docker's 8-byte frames."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._sock: socket.socket = raw._sock
+        self._sock.setblocking(False)
+        self._buf = bytearray()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                sent = self._sock.send(view)
+                view = view[sent:]
+            except BlockingIOError:
+                select.select([], [self._sock], [], 1.0)
+
+    def recv(self) -> bytes | None:
+        try:
+            chunk = self._sock.recv(1 << 16)
+        except BlockingIOError:  # nothing yet; not end of stream
+            return b""
+        if not chunk:
+            return None
+        self._buf += chunk
+        return self._frames()
+
+    def _frames(self) -> bytes:
+        out = bytearray()
+        while len(self._buf) >= 8:
+            size = struct.unpack(">I", self._buf[4:8])[0]
+            if len(self._buf) < 8 + size:
+                break
+            out += self._buf[8:8 + size]
+            del self._buf[:8 + size]
+        return bytes(out)
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        finally:
+            self._raw.close()
+
+
+class DockerSandbox:
+    """A task container with a persistent shell. See `base.Sandbox` for the protocol."""
+
+    def __init__(self, image: str, *, limits: Limits = Limits(), workdir: str | None = "/app",
+                 user: str | None = None, network: str | None = None, run_id: str = "adhoc",
+                 runtime: str | None = None, environment: dict | None = None, client=None,
+                 name: str | None = None):
+        self.image = image
+        self.limits = limits
+        self.workdir = workdir
+        self.user = user
+        self.client = client or docker_client()
+        self.container = None
+        self.shell: PersistentShell | None = None
+        self._snapshots: list[str] = []
+        self._upperdir: str | None = None
+        self._last_storage_check = 0.0
+        self._lock = threading.Lock()
+        labels = {base.LABEL_OWNER: "t1jax", base.LABEL_RUN: run_id,
+                  base.LABEL_PID: str(os.getpid()), base.LABEL_HOST: socket.gethostname()}
+        import docker.types
+        storage_kb = max(limits.storage_mb, 1) * 1024
+        self._create_kwargs = dict(
+            image=image, command=["sleep", "infinity"], detach=True, init=True,
+            name=name or f"t1jax-{run_id[:20]}-{uuid.uuid4().hex[:8]}", labels=labels,
+            network_mode=network or "none", working_dir=workdir or None,
+            environment=environment or {}, hostname="sandbox",
+            cap_drop=["ALL"], cap_add=KEPT_CAPABILITIES, security_opt=["no-new-privileges"],
+            pids_limit=limits.pids, mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m", nano_cpus=int(limits.cpus * 1e9),
+            ulimits=[docker.types.Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+                     # per-file cap: one runaway file cannot outgrow the task's storage
+                     docker.types.Ulimit(name="fsize", soft=storage_kb * 1024,
+                                         hard=storage_kb * 1024)],
+            runtime=runtime, auto_remove=False)
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> "DockerSandbox":
+        import docker.errors
+        try:
+            self.container = self.client.containers.run(**self._create_kwargs)
+        except docker.errors.DockerException as err:
+            raise SandboxError(f"cannot start a sandbox from image {self.image}: {err}") from err
+        try:
+            if self.workdir:
+                self._root_exec(["mkdir", "-p", self.workdir])
+                if self.user:
+                    self._root_exec(["chown", self.user, self.workdir])
+            self.container.reload()
+            upper = self.container.attrs.get("GraphDriver", {}).get("Data", {}).get("UpperDir")
+            self._upperdir = upper if upper and os.access(upper, os.R_OK) else None
+            self.shell = PersistentShell(
+                self._open_shell, self._kill_helper, workdir=self.workdir,
+                max_output_bytes=self.limits.max_output_bytes,
+                kill_output_bytes=self.limits.kill_output_bytes,
+                check_limits=self._storage_violation)
+            self.shell.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __enter__(self) -> "DockerSandbox":
+        return self if self.container is not None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the container (and snapshot images nobody claimed); safe to call twice."""
+        import docker.errors
+        if self.shell is not None:
+            self.shell.close()
+            self.shell = None
+        if self.container is not None:
+            try:
+                self.container.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.DockerException as err:
+                raise SandboxError(f"could not remove sandbox {self.container.name}: {err}")
+            finally:
+                self.container = None
+
+    # -- the protocol -------------------------------------------------------------------------
+    def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        if self.shell is None:
+            raise SandboxError("the sandbox is not running (call start() or use `with`)")
+        with self._lock:
+            result = self.shell.run(cmd, timeout or self.limits.default_timeout_s)
+        self._check_storage(force=result.timed_out or result.exit_code is None)
+        return result
+
+    def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write one file (parent directories created), owned by the agent user if any."""
+        directory, name = os.path.split(path.rstrip("/"))
+        self._root_exec(["mkdir", "-p", directory or "/"])
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        if not self.container.put_archive(directory or "/", archive.getvalue()):
+            raise SandboxError(f"could not write {path} into sandbox {self.container.name}")
+        if self.user:
+            self._root_exec(["chown", self.user, path])
+
+    def put_dir(self, host_dir: str, path: str, mode: int | None = None) -> None:
+        """Copy a host directory tree to `path` (used for /tests and /solution)."""
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.add(host_dir, arcname=os.path.basename(path.rstrip("/")))
+        parent = os.path.dirname(path.rstrip("/")) or "/"
+        self._root_exec(["mkdir", "-p", parent])
+        self.container.put_archive(parent, archive.getvalue())
+
+    def get(self, path: str) -> bytes:
+        import docker.errors
+        try:
+            stream, _ = self.container.get_archive(path)
+        except docker.errors.NotFound as err:
+            raise FileNotFoundError(f"{path} does not exist in sandbox {self.container.name}") from err
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise IsADirectoryError(f"{path} in sandbox {self.container.name} is not a file")
+            return tar.extractfile(member).read()
+
+    def snapshot(self) -> str:
+        """Commit the container's filesystem to an image (the verifier starts from it)."""
+        self._check_storage(force=True)
+        image = self.container.commit(
+            repository="t1jax-snapshot", tag=self.container.name,
+            conf={"Labels": {base.LABEL_OWNER: "t1jax", base.LABEL_RUN:
+                             self.container.labels.get(base.LABEL_RUN, ""),
+                             base.LABEL_PID: str(os.getpid()),
+                             base.LABEL_HOST: socket.gethostname()}})
+        return image.id
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _open_shell(self) -> _ExecSocket:
+        shell = "if command -v bash >/dev/null; then exec bash --noprofile --norc; else exec sh; fi"
+        exec_id = self.client.api.exec_create(
+            self.container.id, ["/bin/sh", "-c", shell], stdin=True, stdout=True, stderr=True,
+            tty=False, user=self.user or "", workdir=self.workdir)["Id"]
+        return _ExecSocket(self.client.api.exec_start(exec_id, socket=True))
+
+    def _root_exec(self, argv: list[str]) -> str:
+        code, output = self.container.exec_run(argv, user="root")
+        if code != 0:
+            raise SandboxError(f"{' '.join(argv)} failed in sandbox {self.container.name}: "
+                               f"{output.decode(errors='replace')[-500:]}")
+        return output.decode(errors="replace")
+
+    def _kill_helper(self, args: list[str]) -> None:
+        self._root_exec(["/bin/sh", "-c", KILL_SCRIPT, "kill-helper", *args])
+
+    def disk_usage_bytes(self) -> int | None:
+        """Bytes the sandbox wrote (its overlay upper layer); None where not visible (remote
+        daemon, or not root)."""
+        if self._upperdir is None:
+            return None
+        total = 0
+        for root, _, files in os.walk(self._upperdir):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                except OSError:
+                    pass
+        return total
+
+    def _storage_violation(self) -> str | None:
+        self._last_storage_check = time.monotonic()
+        used = self.disk_usage_bytes()
+        if used is not None and used > self.limits.storage_mb * 1024 * 1024:
+            return (f"sandbox {self.container.name} wrote {used / 2**20:.0f} MiB, over its "
+                    f"storage quota of {self.limits.storage_mb} MiB (task [environment] storage_mb)")
+        return None
+
+    def _check_storage(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._last_storage_check < STORAGE_CHECK_INTERVAL_S:
+            return
+        violation = self._storage_violation()
+        if violation:
+            raise StorageQuotaExceeded(violation)

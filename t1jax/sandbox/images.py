@@ -1,0 +1,110 @@
+"""Task images: built from a task's Dockerfile, cached by content hash, with public base images
+mapped to locally built ones (no registry is reachable from a training cluster's sandbox hosts,
+nor from this machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from t1jax.sandbox.base import LABEL_OWNER, SandboxError
+
+LOCAL_BASE_IMAGE = "t1jax/base:bookworm"
+# Public bases common in Terminal-Bench 2.x tasks -> a local image that stands in for them.
+# "*" maps any other unresolvable base; set it to None to fail instead.
+DEFAULT_BASE_MAP = {
+    "ubuntu:24.04": LOCAL_BASE_IMAGE,
+    "ubuntu:22.04": LOCAL_BASE_IMAGE,
+    "debian:bookworm": LOCAL_BASE_IMAGE,
+    "debian:bookworm-slim": LOCAL_BASE_IMAGE,
+    "python:3.13-slim-bookworm": LOCAL_BASE_IMAGE,
+    "python:3.12-slim-bookworm": LOCAL_BASE_IMAGE,
+    "python:3.11-slim-bookworm": LOCAL_BASE_IMAGE,
+    "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624": LOCAL_BASE_IMAGE,
+    "ghcr.io/laude-institute/t-bench/python-3-13:20250620": LOCAL_BASE_IMAGE,
+}
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.I | re.M)
+
+
+def base_images(dockerfile_text: str) -> list[str]:
+    """External images a Dockerfile builds FROM (stage names excluded, ARG-free refs only)."""
+    stages, bases = set(), []
+    for match in _FROM.finditer(dockerfile_text):
+        ref, alias = match.group(1), match.group(2)
+        if ref.lower() not in stages and "$" not in ref:
+            bases.append(ref)
+        if alias:
+            stages.add(alias.lower())
+    return bases
+
+
+def context_hash(context_dir: Path, dockerfile: Path, base_map: dict) -> str:
+    """sha256 over every file (path, mode, bytes) of the build context, the Dockerfile and the
+    base map, so any change to what would be built gives a new tag."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(base_map, sort_keys=True).encode())
+    digest.update(b"dockerfile\0" + dockerfile.read_bytes())
+    for path in sorted(p for p in Path(context_dir).rglob("*") if p.is_file()):
+        rel = path.relative_to(context_dir).as_posix()
+        digest.update(f"{rel}\0{os.stat(path).st_mode & 0o777}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _image_exists(client, ref: str) -> bool:
+    import docker.errors
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def resolve_bases(client, dockerfile_text: str, base_map: dict, where: str) -> None:
+    """Make every FROM image resolvable locally, tagging a mapped local image with the public
+    name when the public one is absent. Fails naming the Dockerfile and the image."""
+    for ref in base_images(dockerfile_text):
+        if _image_exists(client, ref):
+            continue
+        target = base_map.get(ref, base_map.get("*"))
+        if target is None:
+            raise SandboxError(
+                f"{where}: base image {ref!r} is not present locally and no registry is reachable;"
+                f" build it, or map it to a local image in the run config (sandbox.base_map)")
+        if not _image_exists(client, target):
+            raise SandboxError(f"{where}: base image {ref!r} maps to {target!r}, which is missing;"
+                               " run scripts/setup.sh to build the sandbox base image")
+        repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+        client.images.get(target).tag(repo, tag or "latest")
+
+
+def build_task_image(client, task_id: str, context_dir: Path, dockerfile: Path, *,
+                     base_map: dict | None = None, network_mode: str = "none",
+                     timeout_s: float = 600.0) -> str:
+    """Build (or reuse) the image for a task; returns its tag `t1jax-task/<id>:<hash12>`."""
+    import docker.errors
+    base_map = DEFAULT_BASE_MAP if base_map is None else base_map
+    tag = f"t1jax-task/{_slug(task_id)}:{context_hash(context_dir, dockerfile, base_map)[:12]}"
+    if _image_exists(client, tag):
+        return tag
+    where = str(dockerfile)
+    resolve_bases(client, dockerfile.read_text(), base_map, where)
+    try:
+        client.images.build(path=str(context_dir), dockerfile=dockerfile.resolve().relative_to(Path(context_dir).resolve()).as_posix(), tag=tag,
+                            rm=True, forcerm=True, pull=False, network_mode=network_mode,
+                            labels={LABEL_OWNER: "t1jax", "t1jax.task": task_id},
+                            timeout=int(timeout_s))
+    except docker.errors.BuildError as err:
+        log = "".join(str(chunk.get("stream", chunk.get("error", ""))) for chunk in err.build_log)
+        raise SandboxError(f"task {task_id}: building {where} failed: {err.msg}\n{log[-2000:]}")
+    except docker.errors.APIError as err:
+        raise SandboxError(f"task {task_id}: building {where} failed: {err}") from err
+    return tag
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-.") or "task"
