@@ -96,7 +96,7 @@ class DockerSandbox:
     def __init__(self, image: str, *, limits: Limits = Limits(), workdir: str | None = "/app",
                  user: str | None = None, network: str | None = None, run_id: str = "adhoc",
                  runtime: str | None = None, environment: dict | None = None, client=None,
-                 name: str | None = None):
+                 name: str | None = None, readonly_mounts: dict[str, str] | None = None):
         self.image = image
         self.limits = limits
         self.workdir = workdir
@@ -124,6 +124,8 @@ class DockerSandbox:
                      # per-file cap: one runaway file cannot outgrow the task's storage
                      docker.types.Ulimit(name="fsize", soft=storage_kb * 1024,
                                          hard=storage_kb * 1024)],
+            volumes={host: {"bind": path, "mode": "ro"}
+                     for host, path in (readonly_mounts or {}).items()},
             runtime=runtime, auto_remove=False)
 
     # -- life cycle ---------------------------------------------------------------------------

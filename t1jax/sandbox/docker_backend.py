@@ -1,0 +1,107 @@
+"""The Docker backend: task images built from Dockerfiles, sandboxes as containers, snapshots as
+committed images, and a reaper for what crashed runs leave behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from t1jax.sandbox import base, images
+from t1jax.sandbox.backend import SandboxSpec
+from t1jax.sandbox.base import SandboxError
+from t1jax.sandbox.docker import DockerSandbox, docker_client
+
+_KINDS = {0: "C", 1: "A", 2: "D"}
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, base_map: dict | None = None, build_network: str = "none",
+                 runtime: str | None = None, network_name: str = "bridge"):
+        self.client = docker_client()
+        self.base_map = images.DEFAULT_BASE_MAP if base_map is None else dict(base_map)
+        self.build_network = build_network
+        self.runtime = runtime
+        self.network_name = network_name
+
+    def build(self, task) -> str:
+        if task.dockerfile is None:
+            image = task.environment.docker_image
+            images.resolve_bases(self.client, f"FROM {image}", self.base_map,
+                                 f"task {task.task_id} ([environment] docker_image)")
+            return image
+        return images.build_task_image(
+            self.client, task.task_id, task.environment_dir, task.dockerfile,
+            base_map=self.base_map, network_mode=self.build_network,
+            timeout_s=task.environment.build_timeout_sec)
+
+    def create(self, spec: SandboxSpec) -> DockerSandbox:
+        sandbox = DockerSandbox(
+            spec.image, limits=spec.limits, workdir=spec.workdir, user=spec.user,
+            network=self.network_name if spec.network else None, run_id=spec.run_id,
+            runtime=self.runtime, environment=dict(spec.environment), client=self.client,
+            readonly_mounts={host: path for host, path in spec.readonly_mounts})
+        return sandbox.start()
+
+    def changes(self, sandbox: DockerSandbox) -> list[tuple[str, str]]:
+        return [(_KINDS.get(c["Kind"], "?"), c["Path"]) for c in sandbox.container.diff() or []]
+
+    def remove_image(self, image: str) -> None:
+        import docker.errors
+        try:
+            self.client.images.remove(image, force=True, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+
+    def reap(self, run_id: str | None = None) -> int:
+        """Remove t1jax containers and snapshots of `run_id`, or of any run whose owning process
+        on this host is dead (a run killed with SIGKILL cannot clean up after itself)."""
+        import docker.errors
+        host = socket.gethostname()
+
+        def abandoned(labels: dict) -> bool:
+            if run_id is not None:
+                return labels.get(base.LABEL_RUN) == run_id
+            if labels.get(base.LABEL_HOST) != host:
+                return False  # another machine's run: we cannot tell whether it lives
+            try:
+                os.kill(int(labels.get(base.LABEL_PID, "0")), 0)
+                return False
+            except (ProcessLookupError, ValueError):
+                return True
+            except PermissionError:
+                return False
+
+        removed = 0
+        owner = {"label": f"{base.LABEL_OWNER}=t1jax"}
+        for container in self.client.containers.list(all=True, filters=owner):
+            if abandoned(container.labels):
+                try:
+                    container.remove(force=True, v=True)
+                    removed += 1
+                except docker.errors.NotFound:
+                    pass
+        for image in self.client.images.list(filters=owner):
+            labels = image.labels or {}
+            if any(t.startswith("t1jax-snapshot:") for t in image.tags) and abandoned(labels):
+                try:
+                    self.client.images.remove(image.id, force=True)
+                    removed += 1
+                except (docker.errors.ImageNotFound, docker.errors.APIError):
+                    pass
+        return removed
+
+
+def reaper_main() -> None:
+    """`python -m t1jax.sandbox.docker_backend [RUN_ID]`: remove leftovers of dead runs."""
+    import sys
+    try:
+        count = DockerBackend().reap(sys.argv[1] if len(sys.argv) > 1 else None)
+    except SandboxError as err:
+        sys.exit(str(err))
+    print(f"removed {count} leftover sandbox containers/snapshots")
+
+
+if __name__ == "__main__":
+    reaper_main()

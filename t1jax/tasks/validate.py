@@ -1,0 +1,187 @@
+"""Pool validation: run every task with the oracle agent (its reference solution) and with a
+do-nothing agent, verify both, and call the pool healthy when every oracle run passes every
+assertion and no do-nothing run passes an assertion that checks the task's goal.
+
+Assertions named `test_invariant_*` check something already true before the agent acts (an input
+left intact); every other assertion is a goal assertion. This is the first phase of every run: a
+task whose verifier cannot tell done from not-done teaches nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from t1jax.sandbox.backend import Backend, SandboxSpec
+from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.verify.reward import GlobalScale
+from t1jax.verify.verifier import VerifierReport, verify
+
+INVARIANT = re.compile(r"(^|[:.])test_invariant_")
+AGENTS = ("oracle", "nothing")
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    task_id: str
+    agent: str
+    report: VerifierReport | None
+    agent_s: float
+    total_s: float
+    error: str | None = None
+
+    @property
+    def goal_passed(self) -> int:
+        if self.report is None:
+            return 0
+        return sum(a.status == "passed" and not INVARIANT.search(a.name)
+                   for a in self.report.assertions)
+
+
+def static_assertion_count(task) -> int:
+    """Test functions in a task's test files: what the pool's global scale is chosen from
+    before any episode runs."""
+    pattern = re.compile(r"^\s*(?:async\s+)?def\s+test_\w*\s*\(", re.M)
+    return sum(len(pattern.findall(path.read_text(errors="replace")))
+               for rel, path in task.test_files().items() if rel.endswith(".py"))
+
+
+def pool_scale(tasks, quantile: float = 0.9, fixed: float = 0.0) -> GlobalScale:
+    if fixed > 0:
+        return GlobalScale(fixed, "fixed in the run config (verifier.global_scale)")
+    counts = [max(static_assertion_count(t), 1) for t in tasks]
+    return GlobalScale.from_counts(counts, quantile)
+
+
+def task_limits(task, base: Limits) -> Limits:
+    env = task.environment
+    return dataclasses.replace(base, cpus=env.cpus, memory_mb=env.memory_mb,
+                               storage_mb=env.storage_mb)
+
+
+def run_agent(agent: str, task, sandbox) -> None:
+    """The scripted agents: 'oracle' runs solution/solve.sh; 'nothing' does nothing."""
+    if agent == "nothing":
+        return
+    if agent != "oracle":
+        raise ValueError(f"unknown scripted agent {agent!r}: {AGENTS}")
+    if task.solution_script is None:
+        raise SandboxError(f"task {task.task_id} has no reference solution (solution/solve.sh)")
+    sandbox.put_dir(str(task.solution_script.parent), "/solution")
+    env = " ".join(f"{k}={_q(v)}" for k, v in task.solution.env.items())
+    result = sandbox.exec(f"{'export ' + env + '; ' if env else ''}"
+                          f"bash /solution/{task.solution_script.name}",
+                          timeout=task.agent.timeout_sec)
+    if result.timed_out:
+        raise SandboxError(f"task {task.task_id}: the oracle timed out after "
+                           f"{task.agent.timeout_sec:.0f} s ([agent] timeout_sec)")
+
+
+def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalScale, *,
+                limits: Limits, verifier_mode: str, run_id: str,
+                allow_network: bool = False) -> EpisodeResult:
+    """One trial: fresh sandbox, agent, verification in another fresh sandbox. Never raises for
+    a task's own failure: the error is recorded on the result."""
+    t0 = time.monotonic()
+    agent_s = 0.0
+    try:
+        spec = SandboxSpec(image=image, limits=task_limits(task, limits), workdir="/app",
+                           user=task.agent.user,
+                           network=allow_network and task.environment.allow_internet,
+                           run_id=run_id)
+        with backend.create(spec) as sandbox:
+            run_agent(agent, task, sandbox)
+            agent_s = time.monotonic() - t0
+            report = verify(task, sandbox, backend, scale, mode=verifier_mode, run_id=run_id,
+                            limits=task_limits(task, limits))
+        return EpisodeResult(task.task_id, agent, report, agent_s, time.monotonic() - t0,
+                             report.error)
+    except (SandboxError, OSError, ValueError) as err:
+        return EpisodeResult(task.task_id, agent, None, agent_s, time.monotonic() - t0,
+                             f"{type(err).__name__}: {err}")
+
+
+def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 4,
+                  limits: Limits = Limits(), verifier_mode: str = "script",
+                  run_id: str = "adhoc", scale: GlobalScale | None = None,
+                  agents=AGENTS, progress=None) -> dict:
+    """Build every task's environment, run each agent on each task in parallel sandboxes, and
+    write results.jsonl + results.md to `out_dir`. Returns the summary dict."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scale = scale or pool_scale(tasks)
+    images, build_errors = {}, {}
+    for task in tasks:  # builds are CPU-bound: one at a time
+        try:
+            images[task.task_id] = backend.build(task)
+        except SandboxError as err:
+            build_errors[task.task_id] = str(err)
+        if progress:
+            progress("build", task.task_id)
+    results: list[EpisodeResult] = [
+        EpisodeResult(t, a, None, 0.0, 0.0, f"build failed: {e}")
+        for t, e in build_errors.items() for a in agents]
+    jobs = [(task, agent) for task in tasks if task.task_id in images for agent in agents]
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        futures = [pool.submit(run_episode, task, agent, backend, images[task.task_id], scale,
+                               limits=limits, verifier_mode=verifier_mode, run_id=run_id)
+                   for task, agent in jobs]
+        for future in as_completed(futures):
+            results.append(future.result())
+            if progress:
+                progress("episode", f"{results[-1].task_id}/{results[-1].agent}")
+    results.sort(key=lambda r: (r.task_id, agents.index(r.agent)))
+    summary = summarize(results, scale)
+    write_tables(results, summary, out_dir)
+    return summary
+
+
+def summarize(results: list[EpisodeResult], scale: GlobalScale) -> dict:
+    by_task: dict[str, dict] = {}
+    for r in results:
+        row = by_task.setdefault(r.task_id, {"task_id": r.task_id})
+        if r.agent == "oracle":
+            ok = (r.report is not None and r.error is None and r.report.total > 0
+                  and r.report.passed == r.report.total and r.report.solved)
+            row["oracle_ok"] = ok
+        elif r.agent == "nothing":
+            row["nothing_ok"] = r.report is not None and r.goal_passed == 0 and \
+                not r.report.solved
+    for row in by_task.values():
+        row["healthy"] = bool(row.get("oracle_ok", True) and row.get("nothing_ok", True))
+    unhealthy = sorted(t for t, row in by_task.items() if not row["healthy"])
+    return {"tasks": len(by_task), "healthy": len(by_task) - len(unhealthy),
+            "unhealthy": unhealthy, "pool_healthy": not unhealthy,
+            "global_scale": scale.value, "global_scale_source": scale.source}
+
+
+def write_tables(results: list[EpisodeResult], summary: dict, out_dir: Path) -> None:
+    with open(out_dir / "results.jsonl", "w") as f:
+        for r in results:
+            f.write(json.dumps({
+                "task_id": r.task_id, "agent": r.agent, "error": r.error,
+                "agent_s": round(r.agent_s, 3), "total_s": round(r.total_s, 3),
+                "goal_passed": r.goal_passed,
+                "report": r.report.to_dict() if r.report else None}, default=str) + "\n")
+    lines = [f"# Pool validation: {summary['healthy']}/{summary['tasks']} tasks healthy", "",
+             f"Dense reward = passed assertions / {summary['global_scale']:g} "
+             f"({summary['global_scale_source']}).", "",
+             "| task | agent | passed / total | goal passed | solved | reward | time (s) | note |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        rep = r.report
+        cells = ([f"{rep.passed} / {rep.total}", str(r.goal_passed), "yes" if rep.solved else "no",
+                  f"{rep.reward:.3f}"] if rep else ["-", "-", "-", "-"])
+        note = (r.error or "") + (f" tampered: {rep.tampered}" if rep and rep.tampered else "")
+        lines.append(f"| {r.task_id} | {r.agent} | " + " | ".join(cells)
+                     + f" | {r.total_s:.1f} | {note.replace('|', '/')[:200]} |")
+    if summary["unhealthy"]:
+        lines += ["", "Unhealthy: " + ", ".join(summary["unhealthy"])]
+    (out_dir / "results.md").write_text("\n".join(lines) + "\n")
+
+
+def _q(text: str) -> str:
+    return "'" + str(text).replace("'", "'\\''") + "'"

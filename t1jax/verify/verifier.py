@@ -1,0 +1,199 @@
+"""Verify a finished episode in a fresh sandbox, never in the one the agent controlled.
+
+The agent's sandbox is snapshotted; a new sandbox starts from the snapshot with the task's tests
+mounted read-only at /tests (checksummed before and after), an empty /logs/verifier, and a Python
+environment that ignores files the agent could plant (cwd on sys.path, user site, PYTEST_ADDOPTS).
+What it cannot neutralise it detects: the snapshot's diff against the task image is checked for
+changes to the test toolchain (python, pytest, sitecustomize, *.pth, root-level pytest config), and
+a tampered episode scores zero. The T1 report names verifier integrity as an open limitation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from t1jax.sandbox.backend import Backend, SandboxSpec
+from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.verify.reward import GlobalScale, dense_reward
+from t1jax.verify.results import (Assertion, ResultsFormatError, parse_binary_reward, parse_ctrf,
+                                  parse_junit)
+
+LOGS = "/logs/verifier"
+_PY_SITE = r"/usr/(?:local/)?lib/python3[^/]*/(?:site|dist)-packages"
+PROTECTED = [re.compile(p) for p in (
+    r"^/tests(/|$)",
+    r"^/(?:usr/)?(?:local/)?s?bin/(?:python[0-9.]*|pytest[0-9.-]*|py\.test|bash|sh|dash|env)$",
+    _PY_SITE + r"/(?:_?pytest|pluggy|py|iniconfig|packaging)(?:/|\.py$|-)",
+    r"(?:^|/)(?:sitecustomize|usercustomize)\.py$",
+    r"^/usr/(?:local/)?lib/python3[^/]*/.*\.pth$",
+    r"^/usr/lib/python3\.[0-9]+/[^/]+\.py$",
+    r"^/(?:pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml|conftest\.py)$",
+)]
+SAFE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTEST_ADDOPTS": "", "PYTHONPATH": "", "PYTHONSTARTUP": "", "BASH_ENV": "", "ENV": "",
+    "TEST_DIR": "/tests",
+}
+
+
+@dataclasses.dataclass
+class VerifierReport:
+    """Everything the verifier learned about one episode; JSON-serialisable via `to_dict`."""
+    task_id: str
+    assertions: list[Assertion]
+    binary: float | None
+    solved: bool
+    reward: float
+    reward_mode: str
+    tampered: list[str]
+    test_checksums: dict[str, str]
+    exit_code: int | None
+    timed_out: bool
+    log: str
+    timings: dict[str, float]
+    error: str | None = None
+
+    @property
+    def passed(self) -> int:
+        return sum(a.status == "passed" for a in self.assertions)
+
+    @property
+    def total(self) -> int:
+        return len(self.assertions)
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.update(passed=self.passed, total=self.total)
+        return data
+
+
+def tampered_paths(changes: list[tuple[str, str]]) -> list[str]:
+    """Paths of the test toolchain the agent added, changed or deleted."""
+    return sorted({f"{kind} {path}" for kind, path in changes
+                   if any(p.search(path) for p in PROTECTED)})
+
+
+def sha256_tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def verify(task, agent_sandbox, backend: Backend, scale: GlobalScale, *, mode: str = "script",
+           run_id: str = "adhoc", limits: Limits | None = None) -> VerifierReport:
+    """Snapshot `agent_sandbox`, run the task's tests in a fresh sandbox, and score them.
+
+    mode 'script' runs the task's tests/test.sh (run-tests.sh for Terminal-Bench 1); 'offline'
+    runs the task's test_*.py with the image's own pytest (official Terminal-Bench 2 test.sh
+    files download uv and pytest, which an offline sandbox cannot)."""
+    if mode not in ("script", "offline"):
+        raise ValueError(f"unknown verifier mode {mode!r} (config verifier.mode): script|offline")
+    t0 = time.monotonic()
+    tampered = tampered_paths(backend.changes(agent_sandbox))
+    snapshot = agent_sandbox.snapshot()
+    timings = {"snapshot_s": time.monotonic() - t0}
+    staging = Path(tempfile.mkdtemp(prefix=f"t1jax-tests-{task.task_id}-"))
+    try:
+        for rel, host in task.test_files().items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(host, staging / rel)
+        before = sha256_tree(staging)
+        env = {**task.verifier.env, **SAFE_ENV}
+        spec = SandboxSpec(
+            image=snapshot, limits=limits or Limits(), workdir=None, user=task.verifier.user,
+            network=False, readonly_mounts=((str(staging), "/tests"),),
+            environment=tuple(env.items()), run_id=run_id)
+        t1 = time.monotonic()
+        with backend.create(spec) as sandbox:
+            timings["start_s"] = time.monotonic() - t1
+            # the agent may have pre-written results, or made /logs a link elsewhere
+            reset = sandbox.exec(f"rm -rf {LOGS} /tmp/.t1jax_shell_env; [ -L /logs ] && rm -f /logs;"
+                                 f" mkdir -p {LOGS}; cd /app 2>/dev/null || cd /", timeout=60)
+            if reset.exit_code != 0:
+                raise SandboxError(f"task {task.task_id}: could not prepare {LOGS}: {reset.output}")
+            t2 = time.monotonic()
+            result = sandbox.exec(_command(task, mode), timeout=task.verifier.timeout_sec)
+            timings["run_s"] = time.monotonic() - t2
+            assertions, binary, error = _read_results(sandbox, task, mode, result.exit_code)
+        after = sha256_tree(staging)
+        if after != before:
+            tampered.append("C /tests (checksums changed during verification)")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            backend.remove_image(snapshot)
+        except Exception:  # a leftover snapshot is reaped later; never mask the real outcome
+            pass
+    if result.timed_out:
+        error = (error + "; " if error else "") + \
+            f"verifier timed out after {task.verifier.timeout_sec:.0f} s ([verifier] timeout_sec)"
+    reward, reward_mode = dense_reward(assertions, binary, scale)
+    solved = binary > 0 if binary is not None else bool(assertions) and all(
+        a.status == "passed" for a in assertions)
+    if tampered:
+        reward, solved, reward_mode = 0.0, False, "tampered"
+    timings["total_s"] = time.monotonic() - t0
+    return VerifierReport(task_id=task.task_id, assertions=assertions, binary=binary, solved=solved,
+                          reward=reward, reward_mode=reward_mode, tampered=tampered,
+                          test_checksums=before, exit_code=result.exit_code,
+                          timed_out=result.timed_out, log=result.output, timings=timings,
+                          error=error)
+
+
+def _command(task, mode: str) -> str:
+    if mode == "script":
+        return f"bash /tests/{task.test_script.name} 2>&1"
+    tests = sorted(f"/tests/{rel}" for rel in task.test_files()
+                   if re.search(r"(^|/)test_[^/]*\.py$|_test\.py$", rel))
+    if not tests:
+        raise SandboxError(f"task {task.task_id}: offline verifier mode found no test_*.py in "
+                           f"{task.tests_dir}")
+    ini = "/tests/pytest.ini" if "pytest.ini" in task.test_files() else "/dev/null"
+    return ("python3 -m pytest -p no:cacheprovider --rootdir=/tests --confcutdir=/tests "
+            f"-c {ini} -rA --junitxml={LOGS}/junit.xml " + " ".join(tests)
+            + f"; rc=$?; if [ $rc -eq 0 ]; then echo 1; else echo 0; fi > {LOGS}/reward.txt")
+
+
+def _read_results(sandbox, task, mode, exit_code):
+    """Per-assertion results (CTRF first, then JUnit XML) and the binary outcome."""
+    assertions, binary, errors = [], None, []
+    for name, parse in (("ctrf.json", parse_ctrf), ("junit.xml", parse_junit)):
+        text = _read(sandbox, f"{LOGS}/{name}")
+        if text is None:
+            continue
+        try:
+            assertions = parse(text, f"{task.task_id}:{LOGS}/{name}")
+            break
+        except ResultsFormatError as err:
+            errors.append(str(err))
+    for name in ("reward.txt", "reward.json"):
+        text = _read(sandbox, f"{LOGS}/{name}")
+        if text is None:
+            continue
+        try:
+            binary = parse_binary_reward(text, f"{task.task_id}:{LOGS}/{name}")
+            break
+        except ResultsFormatError as err:
+            errors.append(str(err))
+    if not assertions and binary is None:
+        errors.append(f"task {task.task_id}: the verifier wrote no results to {LOGS} "
+                      f"(exit code {exit_code})")
+    return assertions, binary, "; ".join(errors) or None
+
+
+def _read(sandbox, path: str) -> str | None:
+    try:
+        return sandbox.get(path).decode("utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+def report_json(report: VerifierReport) -> str:
+    return json.dumps(report.to_dict(), default=str)
