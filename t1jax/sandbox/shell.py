@@ -26,6 +26,7 @@ from t1jax.sandbox.output import HeadTailBuffer, clean_output
 
 STATE_FILE = "/tmp/.t1jax_shell_env"
 KILL_GRACE_S = 2.0
+LIMIT_CHECK_INTERVAL_S = 0.25  # how often check_limits runs while a command runs
 
 # Run as root inside the sandbox: kill the process groups of the shell's children except the
 # background jobs that existed before the command; with "shell", kill the shell too.
@@ -72,7 +73,7 @@ class PersistentShell:
         self._max_output_bytes = max_output_bytes
         self._kill_output_bytes = kill_output_bytes
         self._clean = clean
-        # Called about once a second while a command runs; a returned reason kills the command.
+        # Called a few times a second while a command runs; a returned reason kills the command.
         self._check_limits = check_limits
         self._nonce = secrets.token_hex(8).encode()
         self._transport: Transport | None = None
@@ -205,8 +206,9 @@ class PersistentShell:
             if remaining <= 0:
                 self._stop_reason = "timeout"
                 return None
-            ready, _, _ = select.select([self._transport.fileno()], [], [], min(remaining, 1.0))
-            if out is not None and time.monotonic() - last_check >= 1.0:
+            ready, _, _ = select.select([self._transport.fileno()], [], [],
+                                          min(remaining, LIMIT_CHECK_INTERVAL_S))
+            if out is not None and time.monotonic() - last_check >= LIMIT_CHECK_INTERVAL_S:
                 last_check = time.monotonic()
                 reason = self._check_limits()
                 if reason:

@@ -1,0 +1,249 @@
+"""The Docker sandbox against a real daemon: persistent shell semantics, limits, and abuse.
+
+Each adversarial test asserts that the host is unaffected and that the sandbox is reclaimed.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from t1jax.sandbox import base
+from t1jax.sandbox.base import Limits, StorageQuotaExceeded
+from t1jax.sandbox.images import LOCAL_BASE_IMAGE
+
+docker_sdk = pytest.importorskip("docker")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    from t1jax.sandbox.base import SandboxError
+    from t1jax.sandbox.docker import docker_client
+    try:
+        return docker_client()
+    except SandboxError as err:
+        if os.environ.get("T1JAX_REQUIRE_DOCKER") == "1":
+            pytest.fail(str(err))
+        pytest.skip(str(err))
+
+
+def make(client, **limits):
+    from t1jax.sandbox.docker import DockerSandbox
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    return DockerSandbox(LOCAL_BASE_IMAGE, limits=Limits(**limits), run_id=run_id, client=client)
+
+
+@pytest.fixture
+def sandbox(client):
+    with make(client) as sb:
+        yield sb
+
+
+def container_gone(client, name) -> bool:
+    try:
+        client.containers.get(name)
+        return False
+    except docker_sdk.errors.NotFound:
+        return True
+
+
+def host_can_fork() -> bool:
+    return subprocess.run(["true"], timeout=10).returncode == 0
+
+
+# -- the persistent shell ---------------------------------------------------------------------
+
+def test_state_persists_between_commands(sandbox):
+    assert sandbox.exec("cd /tmp && export GREETING=hello && X=local").exit_code == 0
+    result = sandbox.exec("pwd; echo $GREETING $X")
+    assert result.output == "/tmp\nhello local\n"
+    assert sandbox.exec("sleep 300 &").exit_code == 0
+    jobs = sandbox.exec("jobs -r | wc -l").output.strip()
+    assert jobs == "1"  # the background job survived into the next command
+
+
+def test_exit_codes_stderr_and_odd_input(sandbox):
+    assert sandbox.exec("exit_code_test() { return 7; }; exit_code_test").exit_code == 7
+    assert sandbox.exec("echo oops >&2; false").output == "oops\n"
+    unterminated = sandbox.exec("echo 'no closing quote")
+    assert unterminated.exit_code == 2 and "unexpected EOF" in unterminated.output
+    assert sandbox.exec("return 3").exit_code != 0  # cannot skip the completion marker
+    assert sandbox.exec("cat").exit_code == 0  # stdin is /dev/null, not the control stream
+    fake = sandbox.exec(r"printf '\036T1E0000 0 /fake\n'; echo real")
+    assert fake.output.endswith("real\n") and fake.exit_code == 0
+    assert sandbox.exec("printf 'no newline'").output == "no newline"
+    assert sandbox.exec("echo -n café; printf '\\xff\\n'").output == "café\ufffd\n"
+
+
+def test_ansi_and_carriage_returns_are_cleaned(sandbox):
+    result = sandbox.exec(r"printf '\033[31mred\033[0m\n'; printf '10%%\r50%%\r100%%\n'")
+    assert result.output == "red\n100%\n"
+
+
+def test_exit_replaces_shell_and_restores_state(sandbox):
+    sandbox.exec("mkdir -p /srv/w && cd /srv/w && export KEEP=yes")
+    result = sandbox.exec("exit 4")
+    assert result.shell_restarted and result.exit_code is None
+    assert sandbox.exec("pwd; echo $KEEP").output == "/srv/w\nyes\n"
+
+
+def test_timeout_kills_the_process_group_and_keeps_the_shell(sandbox):
+    sandbox.exec("cd /tmp; export KEEP=1; sleep 400 &")
+    start = time.monotonic()
+    result = sandbox.exec("bash -c 'sleep 500 & sleep 600'; echo unreachable", timeout=1)
+    assert result.timed_out and result.exit_code is None
+    assert not result.shell_restarted and "unreachable" not in result.output
+    assert time.monotonic() - start < 6
+    procs = sandbox.exec("ps -eo args").output
+    assert "sleep 500" not in procs and "sleep 600" not in procs  # the whole group died
+    assert "sleep 400" in procs  # the earlier background job did not
+    assert sandbox.exec("pwd; echo $KEEP").output == "/tmp\n1\n"
+
+
+def test_builtin_infinite_loop_replaces_the_shell(sandbox):
+    sandbox.exec("cd /opt")
+    result = sandbox.exec("while :; do :; done", timeout=1)
+    assert result.timed_out and result.shell_restarted
+    assert sandbox.exec("pwd").output == "/opt\n"
+
+
+def test_output_is_capped_head_and_tail(client):
+    with make(client, max_output_bytes=1000) as sb:
+        result = sb.exec("seq 1 100000")
+    assert result.truncated and result.output_bytes > 500_000
+    assert result.output.startswith("1\n2\n3\n") and result.output.endswith("99999\n100000\n")
+    assert "output truncated" in result.output and len(result.output) < 1200
+
+
+def test_put_get_and_missing_files(sandbox):
+    sandbox.put("/app/deep/dir/data.bin", bytes(range(256)), mode=0o600)
+    assert sandbox.get("/app/deep/dir/data.bin") == bytes(range(256))
+    assert sandbox.exec("stat -c %a /app/deep/dir/data.bin").output == "600\n"
+    with pytest.raises(FileNotFoundError, match="/nope"):
+        sandbox.get("/nope")
+
+
+def test_close_on_keyboard_interrupt_removes_container(client):
+    sb = make(client)
+    with pytest.raises(KeyboardInterrupt):
+        with sb:
+            name = sb.container.name
+            raise KeyboardInterrupt
+    assert container_gone(client, name)
+
+
+def test_reaper_removes_sandboxes_of_a_killed_parent(client):
+    from t1jax.sandbox.docker_backend import DockerBackend
+    child = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {ROOT!r})
+        from t1jax.sandbox.docker import DockerSandbox
+        sb = DockerSandbox({LOCAL_BASE_IMAGE!r}, run_id="reaper-test").start()
+        print(sb.container.name, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    name = proc.stdout.readline().strip()
+    assert name and not container_gone(client, name)
+    proc.send_signal(signal.SIGKILL)  # no cleanup code can run
+    proc.wait(timeout=30)
+    assert DockerBackend().reap() >= 1
+    assert container_gone(client, name)
+
+
+# -- adversarial: the host is unaffected and the sandbox is reclaimed ---------------------------
+
+def test_fork_bomb_is_contained(client):
+    with make(client, pids=64) as sb:
+        name = sb.container.name
+        sb.exec("bomb() { bomb | bomb & }; bomb", timeout=3)
+        time.sleep(1)
+        assert host_can_fork()
+        pids = sb.container.stats(stream=False)["pids_stats"]["current"]
+        assert 0 < pids <= 64  # the bomb saturates the sandbox's pids limit, nothing more
+    assert container_gone(client, name) and host_can_fork()
+
+
+def test_memory_hog_is_killed(client):
+    with make(client, memory_mb=128) as sb:
+        name = sb.container.name
+        result = sb.exec("python3 -c 'x = bytearray(1024 * 1024 * 1024); print(len(x))'",
+                         timeout=60)
+        assert result.exit_code == 137 and "1073741824" not in result.output
+        assert sb.exec("echo alive").output == "alive\n"
+    assert container_gone(client, name)
+
+
+def test_disk_filler_hits_the_storage_quota(client):
+    with make(client, storage_mb=64) as sb:
+        name = sb.container.name
+        with pytest.raises(StorageQuotaExceeded, match="storage quota of 64 MiB"):
+            sb.exec("dd if=/dev/zero of=/app/big bs=1M count=500", timeout=60)
+        assert sb.disk_usage_bytes() <= 66 * 2**20  # one file stops at the cap (RLIMIT_FSIZE)
+        sb.exec("rm /app/big")
+        with pytest.raises(StorageQuotaExceeded, match="storage quota of 64 MiB"):
+            sb.exec("for i in $(seq 1 100); do head -c 30000000 /dev/zero > /app/f$i; done",
+                    timeout=120)
+        # the watchdog (every 0.25 s) stopped the loop long before its 3 GB: bursts between two
+        # checks still overshoot the quota; a kernel-enforced quota is the hardening issue's
+        assert sb.disk_usage_bytes() < 2000 * 2**20
+    assert container_gone(client, name)
+
+
+def test_output_flood_is_cut_off(client):
+    with make(client, kill_output_bytes=4 * 1024 * 1024) as sb:
+        start = time.monotonic()
+        result = sb.exec("yes", timeout=120)
+        assert result.exit_code is None and result.truncated
+        assert "exceeded" in result.output and time.monotonic() - start < 30
+        assert sb.exec("echo ok").output == "ok\n"
+
+
+def test_infinite_loop_times_out(sandbox):
+    result = sandbox.exec("python3 -c 'while True: pass'", timeout=1)
+    assert result.timed_out and sandbox.exec("echo ok").output == "ok\n"
+
+
+def test_background_sleep_left_behind_is_reclaimed(client):
+    with make(client) as sb:
+        name = sb.container.name
+        sb.exec("nohup sleep infinity >/dev/null 2>&1 & disown")
+    assert container_gone(client, name)
+
+
+def test_host_files_are_invisible(sandbox, tmp_path):
+    secret = tmp_path / f"host-secret-{uuid.uuid4().hex}"
+    secret.write_text("do not read")
+    assert sandbox.exec(f"cat {secret}").exit_code != 0
+    assert sandbox.exec(f"find / -xdev -name {secret.name} 2>/dev/null | wc -l").output == "0\n"
+    assert sandbox.exec("test -e /var/run/docker.sock || test -e /run/docker.sock").exit_code == 1
+    assert sandbox.exec("hostname").output == "sandbox\n"
+
+
+def test_no_network_at_all(sandbox):
+    probe = ("python3 -c \"import socket; socket.create_connection(('{}', {}), timeout=2)\"")
+    for address, port in (("1.1.1.1", 53), ("10.0.0.1", 80), ("127.0.0.1", 22)):
+        assert sandbox.exec(probe.format(address, port), timeout=20).exit_code != 0
+    interfaces = sandbox.exec("cut -d: -f1 /proc/net/dev | tail -n +3").output.split()
+    assert interfaces == ["lo"]
+
+
+def test_writing_outside_the_sandbox_fails(sandbox):
+    assert sandbox.exec("mount -t tmpfs none /mnt").exit_code != 0  # no CAP_SYS_ADMIN
+    assert sandbox.exec("echo 1 > /proc/sys/kernel/sysrq").exit_code != 0
+    assert sandbox.exec("mknod /tmp/disk b 8 0").exit_code != 0  # no CAP_MKNOD
+    caps = sandbox.exec("grep CapEff /proc/self/status").output.split()[-1]
+    assert int(caps, 16) & (1 << 21) == 0  # CAP_SYS_ADMIN not effective
+    assert sandbox.exec("grep NoNewPrivs /proc/self/status").output.split()[-1] == "1"
+
+
+def test_labels_identify_the_run(sandbox):
+    labels = sandbox.container.labels
+    assert labels[base.LABEL_OWNER] == "t1jax" and labels[base.LABEL_PID] == str(os.getpid())
+    assert labels[base.LABEL_RUN].startswith("test-")
