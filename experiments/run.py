@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -79,7 +80,15 @@ def run_oracle(config, workdir: Path) -> int:
 MODES = {"oracle": run_oracle}
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a scheduler's kill) unwinds like Ctrl-C, so every sandbox is removed."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv) -> None:
+    _interrupt_on_sigterm()
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value

@@ -125,7 +125,8 @@ def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 
         EpisodeResult(t, a, None, 0.0, 0.0, f"build failed: {e}")
         for t, e in build_errors.items() for a in agents]
     jobs = [(task, agent) for task in tasks if task.task_id in images for agent in agents]
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
         futures = [pool.submit(run_episode, task, agent, backend, images[task.task_id], scale,
                                limits=limits, verifier_mode=verifier_mode, run_id=run_id)
                    for task, agent in jobs]
@@ -133,6 +134,11 @@ def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 
             results.append(future.result())
             if progress:
                 progress("episode", f"{results[-1].task_id}/{results[-1].agent}")
+    except BaseException:
+        # Interrupted: do not wait for running episodes; the caller reaps their sandboxes.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     results.sort(key=lambda r: (r.task_id, agents.index(r.agent)))
     summary = summarize(results, scale)
     write_tables(results, summary, out_dir)

@@ -1,0 +1,70 @@
+"""Sandbox start+stop time, and full episodes per minute (fresh sandbox, oracle solution,
+snapshot, verification in a second fresh sandbox) with 1, 2, 4 and 8 sandboxes at once.
+Ratios are against one sandbox at a time, measured in the same run.
+
+  .venv/bin/python experiments/benchmarks/sandbox_throughput.py [--episodes 16] [--backend docker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from t1jax.sandbox.backend import SandboxSpec, make_backend  # noqa: E402
+from t1jax.sandbox.base import Limits  # noqa: E402
+from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
+from t1jax.tasks.validate import pool_scale, run_episode  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--episodes", type=int, default=16, help="episodes per concurrency level")
+    parser.add_argument("--starts", type=int, default=10)
+    parser.add_argument("--concurrency", default="1,2,4,8")
+    parser.add_argument("--backend", default="docker")
+    args = parser.parse_args()
+    backend = make_backend(args.backend)
+    tasks = load_pool(default_pool_dir()).tasks
+    scale = pool_scale(tasks)
+    images = {t.task_id: backend.build(t) for t in tasks}
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"python {platform.python_version()}; backend {args.backend}; {len(tasks)} tasks")
+
+    image = images[tasks[0].task_id]
+    times = []
+    for _ in range(args.starts):
+        t = time.perf_counter()
+        with backend.create(SandboxSpec(image=image, workdir="/app")) as sb:
+            sb.exec("true")
+        times.append(time.perf_counter() - t)
+    print(f"sandbox start + first command + stop: p50 {statistics.median(times) * 1000:.0f} ms "
+          f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; n={len(times)})")
+
+    base_rate = None
+    print(f"{'concurrent':>10} {'episodes':>9} {'wall s':>8} {'episodes/min':>13} {'vs 1':>6} "
+          f"{'all solved':>10}")
+    for level in (int(c) for c in args.concurrency.split(",")):
+        jobs = [tasks[i % len(tasks)] for i in range(args.episodes)]
+        t = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=level) as pool:
+            results = list(pool.map(lambda task: run_episode(
+                task, "oracle", backend, images[task.task_id], scale, limits=Limits(),
+                verifier_mode="script", run_id="bench"), jobs))
+        wall = time.perf_counter() - t
+        rate = len(jobs) / wall * 60
+        base_rate = base_rate or rate
+        solved = all(r.report is not None and r.report.solved for r in results)
+        print(f"{level:>10} {len(jobs):>9} {wall:>8.1f} {rate:>13.1f} {rate / base_rate:>5.2f}x "
+              f"{str(solved):>10}")
+
+
+if __name__ == "__main__":
+    main()
