@@ -19,10 +19,10 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def docker_backend():
     from t1jax.sandbox.base import SandboxError
-    from t1jax.sandbox.docker_backend import DockerBackend
     try:
+        from t1jax.sandbox.docker_backend import DockerBackend
         return DockerBackend()
-    except SandboxError as err:
+    except (SandboxError, ImportError) as err:
         reason = f"Docker is unreachable: {err}"
         if os.environ.get("T1JAX_REQUIRE_DOCKER") == "1":
             pytest.fail(reason)

@@ -284,3 +284,37 @@ def test_binary_fallback_never_zero_when_solved():
     assert dense_reward(None, None, scale) == (0.0, "binary_fallback")
     with pytest.raises(ValueError):
         dense_reward(None, float("nan"), scale)
+
+
+PYTEST_RA_OUTPUT = """\
+============================= test session starts ==============================
+collected 4 items
+
+tests/test_outputs.py .F.x                                                 [100%]
+
+=================================== FAILURES ===================================
+___________________________________ test_two ___________________________________
+E   assert 1 == 2
+=========================== short test summary info ============================
+PASSED tests/test_outputs.py::test_one
+PASSED tests/test_outputs.py::test_three
+SKIPPED [1] tests/test_outputs.py:20: not on this platform
+XFAIL tests/test_outputs.py::test_four - known bug
+FAILED tests/test_outputs.py::test_two - assert 1 == 2
+ERROR tests/test_outputs.py::test_five - fixture 'db' not found
+============== 1 failed, 2 passed, 1 xfailed, 1 error in 0.03s ================
+"""
+
+
+def test_pytest_summary_from_stdout():
+    from t1jax.verify.results import parse_pytest_summary
+    got = {a.name: (a.status, a.message) for a in parse_pytest_summary(PYTEST_RA_OUTPUT, "out")}
+    assert got == {
+        "tests/test_outputs.py::test_one": ("passed", ""),
+        "tests/test_outputs.py::test_three": ("passed", ""),
+        "tests/test_outputs.py::test_four": ("skipped", "known bug"),
+        "tests/test_outputs.py::test_two": ("failed", "assert 1 == 2"),
+        "tests/test_outputs.py::test_five": ("error", "fixture 'db' not found"),
+    }
+    # lines that merely look like results, before the summary header, are not counted
+    assert parse_pytest_summary("PASSED tests/x.py::test_fake\n", "out") == []

@@ -71,7 +71,10 @@ def run_agent(agent: str, task, sandbox) -> None:
         raise ValueError(f"unknown scripted agent {agent!r}: {AGENTS}")
     if task.solution_script is None:
         raise SandboxError(f"task {task.task_id} has no reference solution (solution/solve.sh)")
-    sandbox.put_dir(str(task.solution_script.parent), "/solution")
+    if task.layout == "tb1":  # solution.sh sits at the task root, beside the tests: copy it alone
+        sandbox.put(f"/solution/{task.solution_script.name}", task.solution_script.read_bytes())
+    else:
+        sandbox.put_dir(str(task.solution_script.parent), "/solution")
     env = " ".join(f"{k}={_q(v)}" for k, v in task.solution.env.items())
     result = sandbox.exec(f"{'export ' + env + '; ' if env else ''}"
                           f"bash /solution/{task.solution_script.name}",

@@ -201,3 +201,26 @@ def parse_binary_reward(text: str, source: str) -> float:
             raise ResultsFormatError(source, f'no "reward" key (keys: {sorted(doc)[:10]})')
         doc = doc["reward"]
     return _finite(doc, source)
+
+
+# pytest -rA "short test summary info" lines; Terminal-Bench 1 graded a run from this stdout.
+_SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+$", re.M)
+_SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS)\s+(\S+)(?:\s+-\s+(.*))?$")
+_SUMMARY_STATUS = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error",
+                   "XFAIL": "skipped", "XPASS": "passed"}
+
+
+def parse_pytest_summary(text: str, source: str) -> list[Assertion]:
+    """Assertions from the short test summary of `pytest -rA` output (empty if there is none).
+    Skipped tests are listed there without a test id, so they are not counted."""
+    _check_size(text, source)
+    headers = list(_SUMMARY_HEADER.finditer(text))
+    if not headers:
+        return []
+    assertions = []
+    for line in text[headers[-1].end():].splitlines():
+        match = _SUMMARY_LINE.match(line.strip())
+        if match:
+            status, name, message = match.groups()
+            assertions.append(Assertion(name, _SUMMARY_STATUS[status], _message(message or "")))
+    return _dedupe(assertions)

@@ -23,9 +23,13 @@ from t1jax.sandbox.backend import Backend, SandboxSpec
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.verify.reward import GlobalScale, dense_reward
 from t1jax.verify.results import (Assertion, ResultsFormatError, parse_binary_reward, parse_ctrf,
-                                  parse_junit)
+                                  parse_junit, parse_pytest_summary)
 
 LOGS = "/logs/verifier"
+VERIFIER_LOG_BYTES = 1_000_000  # keep the verifier's own output nearly whole
+# Signs that a test.sh tried to fetch its tools (uv, pytest) from the network and could not.
+_NEEDS_NETWORK = re.compile(r"command not found|Could not resolve host|curl: \(\d+\)|"
+                            r"Temporary failure in name resolution|Network is unreachable")
 _PY_SITE = r"/usr/(?:local/)?lib/python3[^/]*/(?:site|dist)-packages"
 PROTECTED = [re.compile(p) for p in (
     r"^/tests(/|$)",
@@ -106,8 +110,11 @@ def verify(task, agent_sandbox, backend: Backend, scale: GlobalScale, *, mode: s
             shutil.copyfile(host, staging / rel)
         before = sha256_tree(staging)
         env = {**task.verifier.env, **SAFE_ENV}
+        limits = limits or Limits()
+        limits = dataclasses.replace(
+            limits, max_output_bytes=max(limits.max_output_bytes, VERIFIER_LOG_BYTES))
         spec = SandboxSpec(
-            image=snapshot, limits=limits or Limits(), workdir=None, user=task.verifier.user,
+            image=snapshot, limits=limits, workdir=None, user=task.verifier.user,
             network=False, readonly_mounts=((str(staging), "/tests"),),
             environment=tuple(env.items()), run_id=run_id)
         t1 = time.monotonic()
@@ -121,7 +128,7 @@ def verify(task, agent_sandbox, backend: Backend, scale: GlobalScale, *, mode: s
             t2 = time.monotonic()
             result = sandbox.exec(_command(task, mode), timeout=task.verifier.timeout_sec)
             timings["run_s"] = time.monotonic() - t2
-            assertions, binary, error = _read_results(sandbox, task, mode, result.exit_code)
+            assertions, binary, error = _read_results(sandbox, task, result)
         after = sha256_tree(staging)
         if after != before:
             tampered.append("C /tests (checksums changed during verification)")
@@ -161,8 +168,9 @@ def _command(task, mode: str) -> str:
             + f"; rc=$?; if [ $rc -eq 0 ]; then echo 1; else echo 0; fi > {LOGS}/reward.txt")
 
 
-def _read_results(sandbox, task, mode, exit_code):
-    """Per-assertion results (CTRF first, then JUnit XML) and the binary outcome."""
+def _read_results(sandbox, task, result):
+    """Per-assertion results (CTRF first, then JUnit XML, then the pytest summary in the
+    output, which is how Terminal-Bench 1 graded) and the binary outcome."""
     assertions, binary, errors = [], None, []
     for name, parse in (("ctrf.json", parse_ctrf), ("junit.xml", parse_junit)):
         text = _read(sandbox, f"{LOGS}/{name}")
@@ -173,6 +181,8 @@ def _read_results(sandbox, task, mode, exit_code):
             break
         except ResultsFormatError as err:
             errors.append(str(err))
+    if not assertions:
+        assertions = parse_pytest_summary(result.output, f"{task.task_id}:verifier output")
     for name in ("reward.txt", "reward.json"):
         text = _read(sandbox, f"{LOGS}/{name}")
         if text is None:
@@ -182,9 +192,13 @@ def _read_results(sandbox, task, mode, exit_code):
             break
         except ResultsFormatError as err:
             errors.append(str(err))
-    if not assertions and binary is None:
+    if not assertions and _NEEDS_NETWORK.search(result.output):
+        errors.append(f"task {task.task_id}: tests/{task.test_script.name} ran no tests; it "
+                      "seems to fetch its tools from the network, which sandboxes do not have: "
+                      "use --config.verifier.mode=offline")
+    elif not assertions and binary is None:
         errors.append(f"task {task.task_id}: the verifier wrote no results to {LOGS} "
-                      f"(exit code {exit_code})")
+                      f"(exit code {result.exit_code})")
     return assertions, binary, "; ".join(errors) or None
 
 

@@ -1,0 +1,237 @@
+"""Task image tests: FROM parsing, offline base mapping, the content-hash cache, build errors.
+
+Building needs a Docker engine (the `docker_backend` fixture skips without one, fails in CI);
+every image or tag a test creates is removed again, public-looking tags only if the test made them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import docker.errors
+import docker.models.images
+import pytest
+
+from t1jax.sandbox import images
+from t1jax.sandbox.base import SandboxError
+from t1jax.sandbox.docker_backend import DockerBackend
+from t1jax.tasks.task import load_task
+
+BASE = images.LOCAL_BASE_IMAGE
+
+
+# --- base_images: what a Dockerfile builds FROM -------------------------------------------------
+
+def test_base_images_single_stage():
+    assert images.base_images("FROM ubuntu:24.04\nRUN true\n") == ["ubuntu:24.04"]
+
+
+def test_base_images_multi_stage_excludes_stage_aliases():
+    text = """
+# syntax=docker/dockerfile:1
+ARG VERSION=3.12
+FROM --platform=linux/amd64 python:3.12-slim-bookworm AS builder
+RUN pip wheel . -w /wheels
+FROM builder as tester
+RUN pytest
+from   golang:1.22  AS  Tools
+FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624
+COPY --from=builder /wheels /wheels
+FROM --platform=$BUILDPLATFORM alpine:3.20 AS Fetch
+COPY --from=tools /go/bin/x /usr/bin/x
+FROM TESTER
+FROM python:${VERSION}
+"""
+    assert images.base_images(text) == [
+        "python:3.12-slim-bookworm", "golang:1.22",
+        "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624", "alpine:3.20"]
+
+
+def test_base_images_alias_only_counts_after_its_stage():
+    # a stage alias that shadows an image name only counts from its own definition on
+    text = "FROM base AS base2\nFROM base2\nFROM debian:bookworm AS base\nFROM base\n"
+    assert images.base_images(text) == ["base", "debian:bookworm"]
+
+
+def test_base_images_ignores_from_inside_other_instructions():
+    text = "FROM debian:bookworm\nRUN echo FROM evil:1 && true\n"
+    assert images.base_images(text) == ["debian:bookworm"]
+
+
+# --- building ------------------------------------------------------------------------------------
+
+def write_task(root: Path, name: str, dockerfile: str, files: dict[str, str] | None = None) -> Path:
+    d = root / name
+    for rel, text in {"task.toml": 'schema_version = "1.1"\n',
+                      "instruction.md": "Do it.\n",
+                      "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+                      "environment/Dockerfile": dockerfile,
+                      **{f"environment/{k}": v for k, v in (files or {}).items()}}.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    return d
+
+
+def _exists(client, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+@pytest.fixture
+def cleanup(docker_backend):
+    """Register image refs to remove after the test (ignored if already gone)."""
+    refs: list[str] = []
+    yield refs
+    for ref in reversed(refs):
+        try:
+            docker_backend.client.images.remove(ref, force=False, noprune=False)
+        except docker.errors.APIError:
+            pass
+
+
+@pytest.fixture
+def unique():
+    return uuid.uuid4().hex[:10]
+
+
+def test_public_base_builds_offline_via_base_map(docker_backend, tmp_path, cleanup, unique):
+    """An absent public base is tagged locally from the mapped image, then the build needs no
+    registry. A unique public-looking name keeps this independent of what else is present."""
+    client = docker_backend.client
+    public = f"example.org/t1jax-test/ubuntu-{unique}:24.04"
+    backend = DockerBackend(base_map={public: BASE})
+    task = load_task(write_task(tmp_path, f"mapped-{unique}",
+                                f"FROM {public}\nRUN echo built > /built.txt\n"))
+    assert not _exists(client, public)
+    tag = backend.build(task)
+    cleanup += [public, tag]
+    assert tag.startswith(f"t1jax-task/mapped-{unique}:")
+    assert client.images.get(public).id == client.images.get(BASE).id
+    built = client.images.get(tag)
+    assert built.labels.get("t1jax.owner") == "t1jax"
+    assert built.labels.get("t1jax.task") == task.task_id
+    out = client.containers.run(tag, ["cat", "/built.txt"], remove=True, network_mode="none")
+    assert out.strip() == b"built"
+
+
+def test_ubuntu_2404_builds_with_default_base_map(docker_backend, tmp_path, cleanup, unique):
+    client = docker_backend.client
+    had_ubuntu = _exists(client, "ubuntu:24.04")
+    task = load_task(write_task(tmp_path, f"ubuntu-{unique}", "FROM ubuntu:24.04\nWORKDIR /app\n"))
+    tag = docker_backend.build(task)
+    cleanup.append(tag)
+    if not had_ubuntu:  # only remove the public tag if this test made it
+        cleanup.insert(0, "ubuntu:24.04")
+        assert client.images.get("ubuntu:24.04").id == client.images.get(BASE).id
+    assert _exists(client, tag)
+
+
+def test_unmapped_base_fails_naming_dockerfile_and_image(docker_backend, tmp_path, unique):
+    missing = f"example.invalid/t1jax-missing-{unique}:1"
+    backend = DockerBackend(base_map={"ubuntu:24.04": BASE})  # no "*" fallback
+    task = load_task(write_task(tmp_path, f"unmapped-{unique}",
+                                f"FROM {BASE} AS first\nFROM {missing}\n"))
+    with pytest.raises(SandboxError) as info:
+        backend.build(task)
+    message = str(info.value)
+    assert str(task.dockerfile) in message and missing in message
+    assert "base_map" in message
+
+
+def test_wildcard_base_map_maps_any_base(docker_backend, tmp_path, cleanup, unique):
+    public = f"example.org/t1jax-test/anything-{unique}"  # no tag: means :latest
+    backend = DockerBackend(base_map={"*": BASE})
+    task = load_task(write_task(tmp_path, f"wildcard-{unique}", f"FROM {public}\n"))
+    tag = backend.build(task)
+    cleanup += [f"{public}:latest", tag]
+    assert docker_backend.client.images.get(f"{public}:latest").id == \
+        docker_backend.client.images.get(BASE).id
+
+
+def test_base_mapped_to_missing_image_fails(docker_backend, tmp_path, unique):
+    public = f"example.org/t1jax-test/gone-{unique}:1"
+    backend = DockerBackend(base_map={public: f"t1jax/not-built-{unique}:x"})
+    task = load_task(write_task(tmp_path, f"gone-{unique}", f"FROM {public}\n"))
+    with pytest.raises(SandboxError, match=f"t1jax/not-built-{unique}:x"):
+        backend.build(task)
+
+
+def test_build_is_cached_by_content(docker_backend, tmp_path, cleanup, unique, monkeypatch):
+    client = docker_backend.client
+    d = write_task(tmp_path, f"cached-{unique}", f"FROM {BASE}\nCOPY data.txt /data.txt\n",
+                   {"data.txt": "one\n"})
+    task = load_task(d)
+    first = docker_backend.build(task)
+    cleanup.append(first)
+    image_id = client.images.get(first).id
+
+    def no_build(self, **kwargs):
+        raise AssertionError(f"rebuilt a cached image: {kwargs.get('tag')}")
+
+    monkeypatch.setattr(docker.models.images.ImageCollection, "build", no_build)
+    assert docker_backend.build(task) == first  # a cache hit: no build call
+    assert docker_backend.build(load_task(d)) == first  # same content, freshly loaded
+    assert client.images.get(first).id == image_id
+
+    # any change to the context gives a new tag (and so a real build)
+    (d / "environment" / "data.txt").write_text("two\n")
+    with pytest.raises(AssertionError, match="rebuilt a cached image"):
+        docker_backend.build(load_task(d))
+    monkeypatch.undo()
+    second = docker_backend.build(load_task(d))
+    cleanup.append(second)
+    assert second != first and second.startswith(f"t1jax-task/cached-{unique}:")
+    out = client.containers.run(second, ["cat", "/data.txt"], remove=True, network_mode="none")
+    assert out == b"two\n"
+
+
+def test_context_hash_covers_files_modes_dockerfile_and_base_map(tmp_path):
+    ctx = tmp_path / "ctx"
+    (ctx / "sub").mkdir(parents=True)
+    dockerfile = ctx / "Dockerfile"
+    dockerfile.write_text("FROM debian:bookworm\n")
+    (ctx / "sub" / "a.sh").write_text("echo a\n")
+    h = images.context_hash(ctx, dockerfile, {})
+    assert h == images.context_hash(ctx, dockerfile, {})
+    (ctx / "sub" / "a.sh").chmod(0o755)
+    h2 = images.context_hash(ctx, dockerfile, {})
+    assert h2 != h
+    assert images.context_hash(ctx, dockerfile, {"debian:bookworm": BASE}) != h2
+    (ctx / "sub" / "b.txt").write_text("")
+    h3 = images.context_hash(ctx, dockerfile, {})
+    assert h3 != h2
+    (ctx / "sub" / "b.txt").rename(ctx / "b.txt")
+    assert images.context_hash(ctx, dockerfile, {}) != h3
+
+
+def test_failing_run_raises_with_task_id_and_log_tail(docker_backend, tmp_path, unique):
+    name = f"broken-build-{unique}"
+    task = load_task(write_task(tmp_path, name,
+                                f'FROM {BASE}\nRUN echo "marker-$((40 + 2))" && exit 3\n'))
+    with pytest.raises(SandboxError) as info:
+        docker_backend.build(task)
+    message = str(info.value)
+    assert f"task {name}" in message and str(task.dockerfile) in message
+    assert "marker-42" in message  # the command's own output, from the build log's tail
+    assert not any(t.startswith(f"t1jax-task/{name}:")
+                   for img in docker_backend.client.images.list() for t in img.tags)
+
+
+def test_docker_image_task_uses_the_named_image(docker_backend, tmp_path):
+    d = tmp_path / "prebuilt"
+    d.mkdir()
+    (d / "task.toml").write_text(f'schema_version = "1.1"\n[environment]\ndocker_image = "{BASE}"\n')
+    (d / "instruction.md").write_text("Do it.\n")
+    (d / "tests").mkdir()
+    (d / "tests" / "test.sh").write_text("#!/bin/bash\n")
+    task = load_task(d)
+    assert task.dockerfile is None
+    assert docker_backend.build(task) == BASE
+    missing = f"example.invalid/t1jax-prebuilt-{uuid.uuid4().hex[:8]}:1"
+    (d / "task.toml").write_text(f'schema_version = "1.1"\n[environment]\ndocker_image = "{missing}"\n')
+    with pytest.raises(SandboxError, match="docker_image"):
+        DockerBackend(base_map={}).build(load_task(d))
