@@ -104,6 +104,8 @@ def test_timeout_kills_the_process_group_and_keeps_the_shell(sandbox):
     assert "sleep 500" not in procs and "sleep 600" not in procs  # the whole group died
     assert "sleep 400" in procs  # the earlier background job did not
     assert sandbox.exec("pwd; echo $KEEP").output == "/tmp\n1\n"
+    partial = sandbox.exec("echo started; sleep 30", timeout=1)
+    assert partial.timed_out and partial.output.startswith("started\n")  # not lost in the kill
 
 
 def test_builtin_infinite_loop_replaces_the_shell(sandbox):

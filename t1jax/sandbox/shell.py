@@ -138,7 +138,9 @@ class PersistentShell:
 
         end_re = re.compile(rb"\n\x1eT1E" + self._nonce + rb" (\d+) ([^\n]*)\n")
         end = self._read_until(end_re, start + timeout, out, flush_body=True)
-        if end is None:
+        if end is None:  # keep what the command printed before it was stopped
+            out.write(bytes(self._pending))
+            self._pending.clear()
             return self._recover(out, start, keep=keep)
         exit_code, cwd = int(end.group(1)), end.group(2).decode(errors="replace")
         out.write(bytes(self._pending[:end.start()]))
@@ -218,9 +220,9 @@ class PersistentShell:
                 continue
             data = self._transport.recv()
             if data is None:  # end of stream: the shell exited
-                if out is not None:
+                if out is not None:  # else keep it: start() quotes it in its error
                     out.write(bytes(self._pending))
-                self._pending.clear()
+                    self._pending.clear()
                 self.close()
                 self._stop_reason = "eof"
                 return None
