@@ -69,7 +69,6 @@ def test_config_errors_are_clear(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [2, 15])  # SIGINT (Ctrl-C), SIGTERM (a scheduler's kill)
 def test_interrupted_run_leaves_no_sandboxes(tmp_path, docker_backend, signum):
-    import signal
     import time
     run_id = f"interrupt-{signum}-{os.getpid()}"
     proc = subprocess.Popen(RUN + [f"--workdir={tmp_path}", f"--config.run_id={run_id}",

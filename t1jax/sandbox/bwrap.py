@@ -35,7 +35,6 @@ import signal
 import socket
 import stat
 import subprocess
-import threading
 import time
 import types
 import uuid
@@ -43,9 +42,9 @@ from pathlib import Path
 
 from t1jax.sandbox import dockerfile_subset as layers, images
 from t1jax.sandbox.backend import SandboxSpec
-from t1jax.sandbox.base import ExecResult, Limits, SandboxError, StorageQuotaExceeded
+from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.sandbox.docker import KEPT_CAPABILITIES
-from t1jax.sandbox.shell import PersistentShell
+from t1jax.sandbox.shell_sandbox import ShellSandbox
 
 log = logging.getLogger(__name__)
 CACHE = Path.home() / ".cache" / "t1jax"
@@ -177,7 +176,7 @@ def kill_helper(anchor: int, args: list[str]) -> None:
                     os.killpg(pgid, signal.SIGKILL)
 
 
-class BwrapSandbox:
+class BwrapSandbox(ShellSandbox):
     """A sandbox dir (a copy of an image's layer) and the bwrap running its shell; see
     `base.Sandbox` for the protocol."""
 
@@ -198,13 +197,11 @@ class BwrapSandbox:
         self.name = f"{images._slug(run_id)[:20]}-{uuid.uuid4().hex[:8]}"
         self.dir = Path(cache_dir or CACHE) / "bwrap-run" / self.name
         self.root = str(self.dir / "root")
-        self.shell: PersistentShell | None = None
         self._cgroups, self._as_factor, self._cgroup = cgroups, as_factor, None
         self._proc: subprocess.Popen | None = None
         self._anchor: int | None = None  # host pid of the sandbox's pid-namespace init
         self._mounts: list[tuple[str, tuple[str, ...]]] = []
-        self._lock = threading.Lock()
-        self._last_check, self._check_every, self._baseline = 0.0, 1.0, 0
+        self._init_shell_state()
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> "BwrapSandbox":
@@ -225,25 +222,13 @@ class BwrapSandbox:
                 self._mounts.append((os.path.realpath(host), parts))
             with self._writable(self.workdir) as target:
                 os.makedirs(target, exist_ok=True)
-            self._baseline = self.disk_usage_bytes()  # what the image brought is not counted
             self._ids = layers.user_ids(self.root, self.user)
             self._cgroup = _Cgroup(self.name, self.limits) if self._cgroups else None
-            self.shell = PersistentShell(
-                self._open_shell, self._kill_helper, workdir=self.workdir,
-                max_output_bytes=self.limits.max_output_bytes,
-                kill_output_bytes=self.limits.kill_output_bytes,
-                check_limits=self._storage_violation)
-            self.shell.start()
+            self._start_shell()
         except BaseException:
             self.close()
             raise
         return self
-
-    def __enter__(self) -> "BwrapSandbox":
-        return self if self.shell is not None else self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         """End every process, remove the sandbox dir and cgroup; safe to call twice."""
@@ -257,14 +242,6 @@ class BwrapSandbox:
         _rmtree(self.dir)
 
     # -- the protocol -------------------------------------------------------------------------
-    def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
-        if self.shell is None:
-            raise SandboxError("the sandbox is not running (call start() or use `with`)")
-        with self._lock:
-            result = self.shell.run(cmd, timeout or self.limits.default_timeout_s)
-        self._check_storage(force=result.timed_out or result.exit_code is None)
-        return result
-
     def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write one file (parent directories created)."""
         with self._writable(path) as target:
@@ -386,25 +363,6 @@ class BwrapSandbox:
 
     def disk_usage_bytes(self) -> int:
         return sum(st.st_blocks * 512 for st in _scan(self.root, set(), stats=True).values())
-
-    def _storage_violation(self) -> str | None:
-        if time.monotonic() - self._last_check < self._check_every:
-            return None
-        began = time.monotonic()
-        used = self.disk_usage_bytes() - self._baseline
-        self._last_check = time.monotonic()
-        # walking a huge tree must not take most of a command's time
-        self._check_every = max(1.0, 10 * (self._last_check - began))
-        if used > self.limits.storage_mb * 2**20:
-            return (f"sandbox {self.name} wrote {used / 2**20:.0f} MiB, over its storage quota "
-                    f"of {self.limits.storage_mb} MiB (task [environment] storage_mb)")
-        return None
-
-    def _check_storage(self, force: bool = False) -> None:
-        self._last_check = 0.0 if force else self._last_check
-        violation = self._storage_violation()
-        if violation:
-            raise StorageQuotaExceeded(violation)
 
 
 class BwrapBackend:

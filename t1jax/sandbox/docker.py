@@ -13,20 +13,19 @@ import select
 import socket
 import struct
 import tarfile
-import threading
 import time
 import uuid
 
 from t1jax.sandbox import base
-from t1jax.sandbox.base import ExecResult, Limits, SandboxError, StorageQuotaExceeded
-from t1jax.sandbox.shell import KILL_SCRIPT, PersistentShell
+from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.sandbox.shell import KILL_SCRIPT
+from t1jax.sandbox.shell_sandbox import ShellSandbox
 
 # Capabilities kept: what `apt-get install` and `chown`-ing files inside a task need (apt drops
 # to the _apt user: SETUID/SETGID; dpkg sets owners and modes: CHOWN/FOWNER/FSETID;
 # root writing into other users' dirs: DAC_OVERRIDE) plus KILL, so the root kill helper can
 # stop a timed-out command owned by a non-root agent user. Everything else is dropped.
 KEPT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"]
-STORAGE_CHECK_INTERVAL_S = 1.0
 
 
 def docker_client(timeout_s: float = 120.0):
@@ -90,7 +89,7 @@ class _ExecSocket:
             self._raw.close()
 
 
-class DockerSandbox:
+class DockerSandbox(ShellSandbox):
     """A task container with a persistent shell. See `base.Sandbox` for the protocol."""
 
     def __init__(self, image: str, *, limits: Limits = Limits(), workdir: str | None = "/app",
@@ -103,18 +102,16 @@ class DockerSandbox:
         self.user = user
         self.client = client or docker_client()
         self.container = None
-        self.shell: PersistentShell | None = None
-        self._snapshots: list[str] = []
         self._upperdir: str | None = None
-        self._last_storage_check = 0.0
-        self._lock = threading.Lock()
+        self._init_shell_state()
+        self.name = name or f"t1jax-{run_id[:20]}-{uuid.uuid4().hex[:8]}"
         labels = {base.LABEL_OWNER: "t1jax", base.LABEL_RUN: run_id,
                   base.LABEL_PID: str(os.getpid()), base.LABEL_HOST: socket.gethostname()}
         import docker.types
         storage_kb = max(limits.storage_mb, 1) * 1024
         self._create_kwargs = dict(
             image=image, command=["sleep", "infinity"], detach=True, init=True,
-            name=name or f"t1jax-{run_id[:20]}-{uuid.uuid4().hex[:8]}", labels=labels,
+            name=self.name, labels=labels,
             network_mode=network or "none", working_dir=workdir or None,
             environment=environment or {}, hostname="sandbox",
             cap_drop=["ALL"], cap_add=KEPT_CAPABILITIES, security_opt=["no-new-privileges"],
@@ -143,22 +140,11 @@ class DockerSandbox:
             self.container.reload()
             upper = self.container.attrs.get("GraphDriver", {}).get("Data", {}).get("UpperDir")
             self._upperdir = upper if upper and os.access(upper, os.R_OK) else None
-            self.shell = PersistentShell(
-                self._open_shell, self._kill_helper, workdir=self.workdir,
-                max_output_bytes=self.limits.max_output_bytes,
-                kill_output_bytes=self.limits.kill_output_bytes,
-                check_limits=self._storage_violation)
-            self.shell.start()
+            self._start_shell()
         except BaseException:
             self.close()
             raise
         return self
-
-    def __enter__(self) -> "DockerSandbox":
-        return self if self.container is not None else self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         """Remove the container (and snapshot images nobody claimed); safe to call twice."""
@@ -177,14 +163,6 @@ class DockerSandbox:
                 self.container = None
 
     # -- the protocol -------------------------------------------------------------------------
-    def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
-        if self.shell is None:
-            raise SandboxError("the sandbox is not running (call start() or use `with`)")
-        with self._lock:
-            result = self.shell.run(cmd, timeout or self.limits.default_timeout_s)
-        self._check_storage(force=result.timed_out or result.exit_code is None)
-        return result
-
     def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write one file (parent directories created), owned by the agent user if any."""
         directory, name = os.path.split(path.rstrip("/"))
@@ -262,18 +240,3 @@ class DockerSandbox:
                 except OSError:
                     pass
         return total
-
-    def _storage_violation(self) -> str | None:
-        self._last_storage_check = time.monotonic()
-        used = self.disk_usage_bytes()
-        if used is not None and used > self.limits.storage_mb * 1024 * 1024:
-            return (f"sandbox {self.container.name} wrote {used / 2**20:.0f} MiB, over its "
-                    f"storage quota of {self.limits.storage_mb} MiB (task [environment] storage_mb)")
-        return None
-
-    def _check_storage(self, force: bool = False) -> None:
-        if not force and time.monotonic() - self._last_storage_check < STORAGE_CHECK_INTERVAL_S:
-            return
-        violation = self._storage_violation()
-        if violation:
-            raise StorageQuotaExceeded(violation)

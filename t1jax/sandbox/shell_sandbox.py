@@ -1,0 +1,80 @@
+"""What the Docker and bubblewrap sandboxes share: one persistent shell, `exec` under the storage
+watchdog, and closing on every exit path. Subclasses provide the transport, the kill helper and
+the disk-usage reading."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from t1jax.sandbox.base import ExecResult, Limits, SandboxError, StorageQuotaExceeded
+from t1jax.sandbox.shell import PersistentShell
+
+MIN_CHECK_INTERVAL_S = 0.25
+
+
+class ShellSandbox:
+    name: str
+    limits: Limits
+    workdir: str | None
+    shell: PersistentShell | None = None
+
+    def _init_shell_state(self) -> None:
+        self._lock = threading.Lock()
+        self._last_check, self._check_every, self._baseline = 0.0, MIN_CHECK_INTERVAL_S, 0
+
+    # -- for subclasses -----------------------------------------------------------------------
+    def _open_shell(self):
+        raise NotImplementedError
+
+    def _kill_helper(self, args: list[str]) -> None:
+        raise NotImplementedError
+
+    def disk_usage_bytes(self) -> int | None:
+        """Bytes the sandbox has on its writable layer; None where that is not visible."""
+        raise NotImplementedError
+
+    def _start_shell(self) -> None:
+        self._baseline = self.disk_usage_bytes() or 0  # what the image brought is not counted
+        self.shell = PersistentShell(
+            self._open_shell, self._kill_helper, workdir=self.workdir,
+            max_output_bytes=self.limits.max_output_bytes,
+            kill_output_bytes=self.limits.kill_output_bytes,
+            check_limits=self._storage_violation)
+        self.shell.start()
+
+    # -- shared behaviour ---------------------------------------------------------------------
+    def __enter__(self):
+        return self if self.shell is not None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        if self.shell is None:
+            raise SandboxError("the sandbox is not running (call start() or use `with`)")
+        with self._lock:
+            result = self.shell.run(cmd, timeout or self.limits.default_timeout_s)
+        self._check_storage(force=result.timed_out or result.exit_code is None)
+        return result
+
+    def _storage_violation(self) -> str | None:
+        if time.monotonic() - self._last_check < self._check_every:
+            return None
+        began = time.monotonic()
+        used = self.disk_usage_bytes()
+        self._last_check = time.monotonic()
+        # walking a huge tree must not take most of a command's time
+        self._check_every = max(MIN_CHECK_INTERVAL_S, 10 * (self._last_check - began))
+        if used is not None and used - self._baseline > self.limits.storage_mb * 2**20:
+            return (f"sandbox {self.name} wrote {(used - self._baseline) / 2**20:.0f} MiB, over "
+                    f"its storage quota of {self.limits.storage_mb} MiB "
+                    "(task [environment] storage_mb)")
+        return None
+
+    def _check_storage(self, force: bool = False) -> None:
+        if force:
+            self._last_check = 0.0
+        violation = self._storage_violation()
+        if violation:
+            raise StorageQuotaExceeded(violation)
