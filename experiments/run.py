@@ -68,7 +68,8 @@ def run_oracle(config, workdir: Path) -> int:
             summary = validate_pool(tasks, backend, out_dir=workdir,
                                     concurrency=config.sandbox.concurrency, limits=limits,
                                     verifier_mode=config.verifier.mode, run_id=run_id,
-                                    scale=scale, progress=tick)
+                                    scale=scale, progress=tick,
+                                    allow_network=config.sandbox.allow_network)
         finally:
             backend.reap(run_id)  # whatever an interrupt left running
     print((workdir / "results.md").read_text())

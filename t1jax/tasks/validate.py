@@ -111,7 +111,7 @@ def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalSca
 def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 4,
                   limits: Limits = Limits(), verifier_mode: str = "script",
                   run_id: str = "adhoc", scale: GlobalScale | None = None,
-                  agents=AGENTS, progress=None) -> dict:
+                  agents=AGENTS, progress=None, allow_network: bool = False) -> dict:
     """Build every task's environment, run each agent on each task in parallel sandboxes, and
     write results.jsonl + results.md to `out_dir`. Returns the summary dict."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +131,8 @@ def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
         futures = [pool.submit(run_episode, task, agent, backend, images[task.task_id], scale,
-                               limits=limits, verifier_mode=verifier_mode, run_id=run_id)
+                               limits=limits, verifier_mode=verifier_mode, run_id=run_id,
+                               allow_network=allow_network)
                    for task, agent in jobs]
         for future in as_completed(futures):
             results.append(future.result())
