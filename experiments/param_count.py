@@ -1,0 +1,59 @@
+"""Print a model config's parameter counts next to the published sizes.
+
+  python experiments/param_count.py configs/model/qwen3_30b_a3b.py
+  python experiments/param_count.py configs/model/tiny.py [more configs...]
+
+A `path.py:arg` suffix is passed to get_config, as with --config. Why: the analytic count is
+how we check that a config's shapes are really the model it claims to be (within 2%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from t1jax.model.config import model_config_from, param_counts  # noqa: E402
+
+
+def load_config(spec: str):
+    path, _, arg = spec.partition(":")
+    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if module_spec is None:
+        raise SystemExit(f"not a Python config file: {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg or None)
+
+
+def report(spec: str) -> str:
+    config = load_config(spec)
+    counts = param_counts(model_config_from(config.model))
+    lines = [spec]
+    scale, unit = (1e9, "B") if counts["total"] >= 1e9 else (1e6, "M")
+    for key, n in counts.items():
+        lines.append(f"  {key:<10} {n:>17,}  {n / scale:9.3f} {unit}")
+    for key, name in (("total", "published_params_b"), ("active", "published_active_b")):
+        if name in config:
+            published = config[name]
+            rel = counts[key] / (published * 1e9) - 1
+            lines.append(f"  {key} vs published {published} B: {rel:+.2%}")
+    if "mesh" in config:
+        m = config.mesh
+        lines.append(f"  mesh: data={m.data} fsdp={m.fsdp} expert={m.expert} tensor={m.tensor}"
+                     f" ({m.devices})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="+", help="config file(s), optionally path.py:arg")
+    args = parser.parse_args(argv)
+    print("\n\n".join(report(spec) for spec in args.configs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The policy model: Qwen3-MoE building blocks in Flax NNX."""

@@ -1,0 +1,304 @@
+"""The model's shape and options: one frozen `ModelConfig`, read from and written to HF's Qwen3-MoE
+config.json.
+
+Why: the policy must load real Qwen3-MoE checkpoints and write ones transformers can load, so the
+field names and defaults are HF's (`Qwen3MoeConfig`), and anything our model would silently get
+wrong (another architecture, scaled RoPE, sliding windows, another activation) fails loudly here,
+before any weights are touched. The last four fields are t1jax's own (dtypes, MoE dispatch, aux
+loss) and never come from a config.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+MODEL_TYPE = "qwen3_moe"
+ARCHITECTURE = "Qwen3MoeForCausalLM"
+DTYPES = ("float32", "bfloat16", "float16")
+
+# A config.json without these is not a Qwen3-MoE config we can trust: no defaults are guessed.
+_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
+             "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "num_experts_per_tok")
+# t1jax-only fields: set by our configs (or from_hf_dict's overrides), never read from HF.
+_T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Qwen3-MoE hyperparameters, named as in transformers' Qwen3MoeConfig."""
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int  # FFN width of the dense (mlp_only / non-sparse) layers
+    moe_intermediate_size: int  # FFN width of each expert
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    num_experts: int
+    num_experts_per_tok: int
+    head_dim: int | None = None  # None: hidden_size // num_attention_heads (HF's default)
+    norm_topk_prob: bool = False
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10_000.0
+    max_position_embeddings: int = 32768
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    hidden_act: str = "silu"
+    router_aux_loss_coef: float = 0.001
+    use_sliding_window: bool = False
+    sliding_window: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None
+    pad_token_id: int | None = None
+    # t1jax-only
+    param_dtype: str = "float32"
+    compute_dtype: str = "float32"
+    moe_dispatch: str = "auto"
+    load_balancing_coef: float = 0.0
+
+    def __post_init__(self):
+        # Normalize containers so configs built from JSON / ConfigDict lists compare and hash equal.
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen dataclass)
+        set_("mlp_only_layers", tuple(int(i) for i in self.mlp_only_layers))
+        if isinstance(self.eos_token_id, (list, tuple)):
+            set_("eos_token_id", tuple(int(i) for i in self.eos_token_id))
+        if self.head_dim is None and self.num_attention_heads:
+            set_("head_dim", self.hidden_size // self.num_attention_heads)
+        if not self.use_sliding_window:
+            set_("sliding_window", None)  # as HF: the window only exists when it is used
+        for k in ("rms_norm_eps", "rope_theta", "router_aux_loss_coef", "load_balancing_coef"):
+            set_(k, float(getattr(self, k)))
+        self._validate()
+
+    def _validate(self) -> None:
+        for k in ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
+                  "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                  "num_experts_per_tok", "decoder_sparse_step", "max_position_embeddings"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{k} must be a positive int, got {v!r}")
+        if not isinstance(self.num_experts, int) or self.num_experts < 0:
+            raise ValueError(f"num_experts must be an int >= 0, got {self.num_experts!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be divisible "
+                             f"by num_key_value_heads ({self.num_key_value_heads})")
+        if self.num_experts and self.num_experts_per_tok > self.num_experts:
+            raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be <= "
+                             f"num_experts ({self.num_experts})")
+        bad = [i for i in self.mlp_only_layers if not 0 <= i < self.num_hidden_layers]
+        if bad:
+            raise ValueError(f"mlp_only_layers {bad} are outside 0..{self.num_hidden_layers - 1}")
+        if self.hidden_act != "silu":
+            raise ValueError(f"hidden_act={self.hidden_act!r} is not supported (only 'silu')")
+        if self.use_sliding_window:
+            raise ValueError("use_sliding_window=True is not supported: t1jax attends over the "
+                             "full context (Qwen3-MoE checkpoints ship use_sliding_window=false)")
+        if self.rms_norm_eps <= 0 or self.rope_theta <= 0:
+            raise ValueError("rms_norm_eps and rope_theta must be > 0")
+        for k in ("param_dtype", "compute_dtype"):
+            if getattr(self, k) not in DTYPES:
+                raise ValueError(f"{k}={getattr(self, k)!r}; supported: {', '.join(DTYPES)}")
+        if not isinstance(self.moe_dispatch, str) or not self.moe_dispatch:
+            raise ValueError(f"moe_dispatch must be a non-empty string, got {self.moe_dispatch!r}")
+
+    # -- layer layout -------------------------------------------------------------------------
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Exactly Qwen3MoeDecoderLayer's rule for using the sparse MoE block at layer i."""
+        return ((i not in self.mlp_only_layers) and self.num_experts > 0
+                and (i + 1) % self.decoder_sparse_step == 0)
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.num_hidden_layers) if self.is_moe_layer(i))
+
+    @property
+    def num_moe_layers(self) -> int:
+        return len(self.moe_layers)
+
+    def replace(self, **kw) -> ModelConfig:
+        return dataclasses.replace(self, **kw)
+
+    # -- HF config.json -----------------------------------------------------------------------
+
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any], source: str = "config.json",
+                     **overrides) -> ModelConfig:
+        """A config from an HF config dict; unknown keys are ignored (HF configs carry many).
+
+        `overrides` set fields directly (typically the t1jax-only dtype/dispatch fields, which a
+        config.json does not describe: its `dtype` is how the checkpoint is stored).
+        """
+        def fail(msg: str) -> ValueError:
+            return ValueError(f"{source}: {msg}")
+
+        model_type = d.get("model_type")
+        if model_type is not None and model_type != MODEL_TYPE:
+            raise fail(f"model_type={model_type!r} is not supported; t1jax supports only "
+                       f"model_type={MODEL_TYPE!r} ({ARCHITECTURE})")
+        archs = d.get("architectures") or []
+        if isinstance(archs, str):
+            archs = [archs]
+        other = [a for a in archs if a != ARCHITECTURE]
+        if other:
+            raise fail(f"architectures={list(archs)!r} is not supported; t1jax supports only "
+                       f"architectures=[{ARCHITECTURE!r}] (model_type={MODEL_TYPE!r})")
+
+        kw: dict[str, Any] = {}
+        for k in _REQUIRED:
+            if d.get(k) is None:
+                raise fail(f"required field {k!r} is missing")
+            kw[k] = d[k]
+        if d.get("num_experts") is not None:  # real Qwen3 checkpoints
+            kw["num_experts"] = d["num_experts"]
+        elif d.get("num_local_experts") is not None:  # what transformers 5 writes
+            kw["num_experts"] = d["num_local_experts"]
+        else:
+            raise fail("required field 'num_experts' (or 'num_local_experts') is missing")
+        if d.get("head_dim") is not None:
+            kw["head_dim"] = d["head_dim"]
+        kw["rope_theta"] = _rope_theta(d, fail)
+        if d.get("mlp_only_layers") is not None:
+            kw["mlp_only_layers"] = tuple(d["mlp_only_layers"])
+        for k in ("norm_topk_prob", "decoder_sparse_step", "rms_norm_eps",
+                  "max_position_embeddings", "tie_word_embeddings", "attention_bias",
+                  "hidden_act", "router_aux_loss_coef", "use_sliding_window", "sliding_window",
+                  "bos_token_id", "eos_token_id", "pad_token_id"):
+            if d.get(k) is not None:
+                kw[k] = d[k]
+        if d.get("use_sliding_window"):
+            raise fail("use_sliding_window=true is not supported (t1jax attends over the full "
+                       "context)")
+        if d.get("hidden_act", "silu") != "silu":
+            raise fail(f"hidden_act={d['hidden_act']!r} is not supported (only 'silu')")
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown ModelConfig field(s) in overrides: {sorted(unknown)}")
+        kw.update(overrides)
+        try:
+            return cls(**kw)
+        except ValueError as err:
+            raise fail(str(err)) from None
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **overrides) -> ModelConfig:
+        """Reads `<path>/config.json`, or `path` itself when it is a file."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / "config.json"
+        with open(p) as f:
+            return cls.from_hf_dict(json.load(f), source=str(p), **overrides)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """A config.json dict that transformers' Qwen3MoeConfig / AutoConfig loads back to the
+        same values (written with both `rope_theta` and `rope_parameters`, as each HF version
+        reads one of them)."""
+        d: dict[str, Any] = {
+            "architectures": [ARCHITECTURE],
+            "model_type": MODEL_TYPE,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "moe_intermediate_size": self.moe_intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "num_experts": self.num_experts,
+            "num_experts_per_tok": self.num_experts_per_tok,
+            "norm_topk_prob": self.norm_topk_prob,
+            "decoder_sparse_step": self.decoder_sparse_step,
+            "mlp_only_layers": list(self.mlp_only_layers),
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "max_position_embeddings": self.max_position_embeddings,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.attention_bias,
+            "attention_dropout": 0.0,
+            "hidden_act": self.hidden_act,
+            "router_aux_loss_coef": self.router_aux_loss_coef,
+            "use_sliding_window": self.use_sliding_window,
+            "sliding_window": self.sliding_window,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": (list(self.eos_token_id) if isinstance(self.eos_token_id, tuple)
+                             else self.eos_token_id),
+            "pad_token_id": self.pad_token_id,
+            "dtype": self.param_dtype,  # how saved weights are stored
+        }
+        return d
+
+
+def _rope_theta(d: Mapping[str, Any], fail) -> float:
+    """rope_theta from `rope_scaling` / `rope_parameters` / top level, rejecting scaled RoPE.
+
+    Priority as in transformers: rope_scaling replaces rope_parameters, whose rope_theta wins
+    over the top-level one; absent everywhere: HF's default 10000.
+    """
+    theta = d.get("rope_theta")
+    for field in ("rope_scaling", "rope_parameters"):
+        rope = d.get(field)
+        if rope is None:
+            continue
+        if not isinstance(rope, Mapping):
+            raise fail(f"{field}={rope!r} is not a dict")
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise fail(f"{field}.rope_type={rope_type!r} is not supported; t1jax implements only "
+                       f"rope_type='default' (unscaled RoPE)")
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:
+            raise fail(f"{field}.partial_rotary_factor={rope['partial_rotary_factor']!r} is not "
+                       f"supported (only 1.0)")
+        if rope.get("rope_theta") is not None:
+            theta = rope["rope_theta"]
+        break  # rope_scaling, when present, replaces rope_parameters
+    if d.get("partial_rotary_factor", 1.0) not in (None, 1.0):
+        raise fail(f"partial_rotary_factor={d['partial_rotary_factor']!r} is not supported")
+    return float(theta if theta is not None else 10_000.0)
+
+
+def model_config_from(cd: Any) -> ModelConfig:
+    """A ModelConfig from a ConfigDict (or dict) of its fields; lists become tuples."""
+    d = cd.to_dict() if hasattr(cd, "to_dict") else dict(cd)
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = set(d) - names
+    if unknown:
+        raise ValueError(f"unknown ModelConfig field(s): {sorted(unknown)}")
+    return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def param_counts(cfg: ModelConfig) -> dict[str, int]:
+    """Parameter counts from the shapes, laid out as transformers' Qwen3MoeForCausalLM.
+
+    Keys: embedding, lm_head (0 when tied), attention (q/k/v/o and biases), moe (experts +
+    routers), dense_mlp, norms (layer, q/k and final RMSNorms), total, and active: the
+    parameters one token uses, i.e. total minus the unchosen (num_experts - top-k) experts of
+    every MoE layer; embedding and head count in full, as in Qwen's published "activated" sizes.
+    """
+    h, hd = cfg.hidden_size, cfg.head_dim
+    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    attn = h * q + 2 * h * kv + q * h
+    if cfg.attention_bias:
+        attn += q + 2 * kv + h
+    expert = 3 * h * cfg.moe_intermediate_size  # gate, up, down
+    router = cfg.num_experts * h
+    n_moe = cfg.num_moe_layers
+    n_dense = cfg.num_hidden_layers - n_moe
+    counts = {
+        "embedding": cfg.vocab_size * h,
+        "lm_head": 0 if cfg.tie_word_embeddings else cfg.vocab_size * h,
+        "attention": cfg.num_hidden_layers * attn,
+        "moe": n_moe * (cfg.num_experts * expert + router),
+        "dense_mlp": n_dense * 3 * h * cfg.intermediate_size,
+        "norms": cfg.num_hidden_layers * (2 * h + 2 * hd) + h,
+    }
+    counts["total"] = sum(counts.values())
+    counts["experts_inactive"] = n_moe * (cfg.num_experts - cfg.num_experts_per_tok) * expert
+    counts["active"] = counts["total"] - counts.pop("experts_inactive")
+    return counts

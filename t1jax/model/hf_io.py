@@ -1,0 +1,190 @@
+"""HF safetensors <-> t1jax parameters, tensor by tensor.
+
+Loading builds each parameter with `jax.make_array_from_callback`, so a host reads only the
+tensors (and, for sharded parameters, only the slices) that its own devices hold: the whole model
+never sits in one host's memory. Export writes the on-disk layout of HF Qwen3-MoE checkpoints
+(per-expert `experts.{e}.{gate,up,down}_proj.weight`), which transformers and SGLang load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from t1jax.model.config import ModelConfig
+
+
+def _layer_map(cfg: ModelConfig, i: int) -> dict:
+    """our param path (within the backbone) -> (hf keys, hf tensors -> our array)."""
+    d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    p = f"model.layers.{i}."
+    m = {
+        ("layers", i, "attn", "q"): ([p + "self_attn.q_proj.weight"], lambda t: t[0].T.reshape(d, h, hd)),
+        ("layers", i, "attn", "k"): ([p + "self_attn.k_proj.weight"], lambda t: t[0].T.reshape(d, kv, hd)),
+        ("layers", i, "attn", "v"): ([p + "self_attn.v_proj.weight"], lambda t: t[0].T.reshape(d, kv, hd)),
+        ("layers", i, "attn", "o"): ([p + "self_attn.o_proj.weight"], lambda t: t[0].T.reshape(h, hd, d)),
+        ("layers", i, "attn", "q_norm", "weight"): ([p + "self_attn.q_norm.weight"], lambda t: t[0]),
+        ("layers", i, "attn", "k_norm", "weight"): ([p + "self_attn.k_norm.weight"], lambda t: t[0]),
+        ("layers", i, "input_norm", "weight"): ([p + "input_layernorm.weight"], lambda t: t[0]),
+        ("layers", i, "post_attn_norm", "weight"): ([p + "post_attention_layernorm.weight"],
+                                                    lambda t: t[0]),
+    }
+    if cfg.attention_bias:
+        for name, heads in (("q", h), ("k", kv), ("v", kv)):
+            m[("layers", i, "attn", f"{name}_bias")] = (
+                [p + f"self_attn.{name}_proj.bias"], lambda t, n=heads: t[0].reshape(n, hd))
+        m[("layers", i, "attn", "o_bias")] = ([p + "self_attn.o_proj.bias"], lambda t: t[0])
+    if cfg.is_moe_layer(i):
+        experts = range(cfg.num_experts)
+        m[("layers", i, "mlp", "router")] = ([p + "mlp.gate.weight"], lambda t: t[0].T)
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            keys = [p + f"mlp.experts.{e}.{theirs}.weight" for e in experts]
+            m[("layers", i, "mlp", ours)] = (keys, lambda t: np.stack([x.T for x in t]))
+    else:
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            m[("layers", i, "mlp", ours)] = ([p + f"mlp.{theirs}.weight"], lambda t: t[0].T)
+    return m
+
+
+def param_map(cfg: ModelConfig, head: str = "lm") -> dict:
+    """Every parameter of a CausalLM ('lm') or the backbone of a ValueModel ('value')."""
+    m = {("model", "embed"): (["model.embed_tokens.weight"], lambda t: t[0]),
+         ("model", "norm", "weight"): (["model.norm.weight"], lambda t: t[0])}
+    for i in range(cfg.num_hidden_layers):
+        m.update({("model",) + k: v for k, v in _layer_map(cfg, i).items()})
+    if head == "lm" and not cfg.tie_word_embeddings:
+        m[("lm_head",)] = (["lm_head.weight"], lambda t: t[0].T)
+    return m
+
+
+class _Reader:
+    """Lazily opened safetensors files (single file or sharded via the index)."""
+
+    def __init__(self, path: Path):
+        from safetensors import safe_open
+        index = path / "model.safetensors.index.json"
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+        elif (path / "model.safetensors").exists():
+            with safe_open(path / "model.safetensors", "np") as f:
+                weight_map = {k: "model.safetensors" for k in f.keys()}
+        else:
+            raise FileNotFoundError(f"{path}: no model.safetensors or model.safetensors.index.json")
+        self.path, self.weight_map, self._open, self._safe_open = path, weight_map, {}, safe_open
+
+    def get(self, key: str) -> np.ndarray:
+        if key not in self.weight_map:
+            raise KeyError(f"{self.path}: checkpoint has no tensor {key!r}")
+        file = self.weight_map[key]
+        if file not in self._open:
+            self._open[file] = self._safe_open(self.path / file, "np")
+        return self._open[file].get_tensor(key)
+
+
+def _to_numpy(x) -> np.ndarray:
+    return np.asarray(x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x)
+
+
+def load_hf(model: nnx.Module, path, head: str = "lm") -> nnx.Module:
+    """Fill `model` (already created, possibly sharded, e.g. via sharding.create_sharded or
+    nnx.eval_shape) with the checkpoint in `path`; each parameter keeps its sharding."""
+    path = Path(path)
+    reader = _Reader(path)
+    cfg = model.model.cfg
+    _, state = nnx.split(model)
+    flat = dict(nnx.to_flat_state(state))
+    for key, (hf_keys, convert) in param_map(cfg, head).items():
+        if key not in flat:
+            raise KeyError(f"model has no parameter {'/'.join(map(str, key))}")
+        var = flat[key]
+        current = var.get_value()
+        cache = {}
+
+        def slice_of(index, hf_keys=hf_keys, convert=convert, current=current, cache=cache):
+            if "full" not in cache:  # one conversion per parameter, not per local device
+                full = convert([reader.get(k) for k in hf_keys])
+                if full.shape != current.shape:
+                    raise ValueError(f"{path}: {hf_keys[0]} gives shape {full.shape}, the model "
+                                     f"expects {current.shape}; does config.json match?")
+                cache["full"] = full.astype(current.dtype)
+            return cache["full"][index]
+
+        sharding = getattr(current, "sharding", None)
+        if sharding is None or isinstance(current, jax.ShapeDtypeStruct):
+            sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0]) \
+                if sharding is None else sharding
+        var.set_value(jax.make_array_from_callback(current.shape, sharding, slice_of))
+    nnx.update(model, state)
+    return model
+
+
+def export_hf(model: nnx.Module, path, dtype: str | None = None,
+              max_shard_bytes: int = 4 * 2**30) -> Path:
+    """Write the policy as HF safetensors + config.json (sharded with an index past
+    `max_shard_bytes`), loadable by transformers and SGLang's /update_weights_from_disk."""
+    from safetensors.numpy import save_file
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = model.model.cfg
+    _, state = nnx.split(model)
+    flat = dict(nnx.to_flat_state(state))
+    tensors: dict[str, np.ndarray] = {}
+    for key, (hf_keys, convert) in param_map(cfg, "lm").items():
+        ours = _to_numpy(jax.device_get(flat[key].get_value()))
+        for hf_key, value in zip(hf_keys, _from_ours(ours, hf_keys, cfg)):
+            tensors[hf_key] = value
+    if dtype:
+        tensors = {k: v.astype(jnp.dtype(dtype)) for k, v in tensors.items()}
+    shards, current, size = [], {}, 0
+    for key in sorted(tensors):
+        if current and size + tensors[key].nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[key] = np.ascontiguousarray(tensors[key])
+        size += tensors[key].nbytes
+    shards.append(current)
+    if len(shards) == 1:
+        save_file(shards[0], str(path / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for n, shard in enumerate(shards, 1):
+            name = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(path / name), metadata={"format": "pt"})
+            weight_map.update({k: name for k in shard})
+        total = sum(v.nbytes for v in tensors.values())
+        (path / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    hf_config = cfg.to_hf_dict()
+    hf_config["torch_dtype"] = str(np.dtype(next(iter(tensors.values())).dtype)) \
+        if dtype is None else dtype
+    (path / "config.json").write_text(json.dumps(hf_config, indent=2))
+    return path
+
+
+def _from_ours(ours: np.ndarray, hf_keys: list[str], cfg: ModelConfig) -> list[np.ndarray]:
+    """The inverse of each conversion in `param_map`."""
+    name = hf_keys[0]
+    if ".experts." in name:
+        return [ours[e].T for e in range(ours.shape[0])]
+    if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+        return [ours.reshape(ours.shape[0], -1).T]
+    if name.endswith("o_proj.weight"):
+        return [ours.reshape(-1, ours.shape[-1]).T]
+    if name.endswith(("_proj.bias",)):
+        return [ours.reshape(-1)]
+    if ours.ndim == 2 and not name.endswith("embed_tokens.weight"):
+        return [ours.T]
+    return [ours]
+
+
+def num_params(model: nnx.Module) -> int:
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+__all__ = ["load_hf", "export_hf", "param_map", "num_params", "os"]

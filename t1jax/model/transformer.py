@@ -1,0 +1,201 @@
+"""The Qwen3-MoE decoder with two heads: `CausalLM` (the policy: logits) and `ValueModel` (the
+critic: one scalar per token). Both return the expert routes they used for every token and
+layer, as int32 [batch, seq, layers, k] with -1 for dense layers and padding, and take the same
+shape back as `routes` to replay them (R3).
+
+Inputs: tokens [B, S]; positions [B, S] (default 0..S-1); segment_ids [B, S] (0 = padding; tokens
+attend only within their segment, causally, so several samples can share a row). With a
+`KVCache` the call is a prefill or decode step: new keys and values are written at `positions`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from t1jax.model.cache import KVCache, write_and_read
+from t1jax.model.config import ModelConfig
+from t1jax.model.layers import MLP, RMSNorm, constrain, param, rope
+from t1jax.model.moe import MoE
+
+NEG_INF = -1e30
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ModelOutput:
+    logits: jax.Array | None  # float32 [B, S, vocab] (CausalLM)
+    values: jax.Array | None  # float32 [B, S] (ValueModel)
+    routes: jax.Array  # int32 [B, S, layers, k]
+    aux_loss: jax.Array  # mean load-balancing loss over MoE layers (float32 scalar)
+    cache: KVCache | None
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, dtype, rngs: nnx.Rngs):
+        d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q = param(rngs, (d, h, hd), ("embed", "q_heads", "head_dim"), dtype)
+        self.k = param(rngs, (d, kv, hd), ("embed", "kv_heads", "head_dim"), dtype)
+        self.v = param(rngs, (d, kv, hd), ("embed", "kv_heads", "head_dim"), dtype)
+        self.o = param(rngs, (h, hd, d), ("q_heads", "head_dim", "embed"), dtype)
+        if cfg.attention_bias:
+            self.q_bias = param(None, (h, hd), ("q_heads", "head_dim"), dtype, init="zeros")
+            self.k_bias = param(None, (kv, hd), ("kv_heads", "head_dim"), dtype, init="zeros")
+            self.v_bias = param(None, (kv, hd), ("kv_heads", "head_dim"), dtype, init="zeros")
+            self.o_bias = param(None, (d,), ("embed",), dtype, init="zeros")
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype)
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype)
+        self.bias, self.theta, self.kv_heads = cfg.attention_bias, cfg.rope_theta, kv
+
+    def __call__(self, x, positions, segment_ids, cache_layer=None, cache_lengths=None):
+        dt = x.dtype
+        q = jnp.einsum("bsd,dhk->bshk", x, self.q[...].astype(dt))
+        k = jnp.einsum("bsd,dhk->bshk", x, self.k[...].astype(dt))
+        v = jnp.einsum("bsd,dhk->bshk", x, self.v[...].astype(dt))
+        if self.bias:
+            q, k, v = q + self.q_bias[...].astype(dt), k + self.k_bias[...].astype(dt), \
+                v + self.v_bias[...].astype(dt)
+        q = rope(self.q_norm(q), positions, self.theta)
+        k = rope(self.k_norm(k), positions, self.theta)
+        q = constrain(q, ("batch", "length", "q_heads", "head_dim"))
+        if cache_layer is None:
+            keys, values = k, v
+            same = segment_ids[:, :, None] == segment_ids[:, None, :]
+            causal = positions[:, :, None] >= positions[:, None, :]
+            mask = same & causal & (segment_ids[:, :, None] > 0)
+            new_layer = None
+        else:
+            new_layer, keys, values, key_positions, key_valid = write_and_read(
+                cache_layer, k, v, positions, segment_ids, cache_lengths)
+            mask = (key_positions[:, None, :] <= positions[:, :, None]) & key_valid[:, None, :]
+        out = attend(q, keys, values, mask, self.kv_heads)
+        out = jnp.einsum("bshk,hkd->bsd", out, self.o[...].astype(dt))
+        if self.bias:
+            out = out + self.o_bias[...].astype(dt)
+        return out, new_layer
+
+
+def attend(q, k, v, mask_bst, kv_heads: int):
+    """Grouped-query attention with float32 scores and softmax."""
+    b, s, h, hd = q.shape
+    q = q.reshape(b, s, kv_heads, h // kv_heads, hd)
+    scores = jnp.einsum("bskgd,btkd->bkgst", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (hd ** -0.5)
+    scores = jnp.where(mask_bst[:, None, None], scores, NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgst,btkd->bskgd", probs.astype(v.dtype), v)
+    return out.reshape(b, s, h, hd)
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, index: int, dtype, rngs: nnx.Rngs):
+        self.attn = Attention(cfg, dtype, rngs)
+        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.is_moe = cfg.is_moe_layer(index)
+        if self.is_moe:
+            self.mlp = MoE(cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts,
+                           cfg.num_experts_per_tok, cfg.norm_topk_prob, dtype, rngs,
+                           dispatch=cfg.moe_dispatch)
+        else:
+            self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, dtype, rngs)
+
+    def __call__(self, x, positions, segment_ids, route_indices=None, cache_layer=None,
+                 cache_lengths=None):
+        h, new_layer = self.attn(self.input_norm(x), positions, segment_ids, cache_layer,
+                                 cache_lengths)
+        x = x + h
+        normed = self.post_attn_norm(x)
+        b, s, d = x.shape
+        if self.is_moe:
+            flat = None if route_indices is None else route_indices.reshape(b * s, -1)
+            y, routing, aux = self.mlp(normed.reshape(b * s, d), flat, (segment_ids > 0).reshape(-1))
+            y, indices = y.reshape(b, s, d), routing.indices.reshape(b, s, -1)
+        else:
+            y, indices, aux = self.mlp(normed), None, None
+        x = constrain(x + y, ("batch", "length", "embed"))
+        return x, indices, aux, new_layer
+
+
+class Transformer(nnx.Module):
+    """Embedding, decoder layers and the final norm: the backbone both heads share."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        dtype = jnp.dtype(cfg.param_dtype)
+        self.cfg = cfg
+        self.embed = param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), dtype)
+        self.layers = nnx.List([DecoderLayer(cfg, i, dtype, rngs)
+                                for i in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+
+    def __call__(self, tokens, positions=None, segment_ids=None, routes=None, cache=None):
+        cfg = self.cfg
+        b, s = tokens.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+        if segment_ids is None:
+            segment_ids = jnp.ones((b, s), jnp.int32)
+        compute = jnp.dtype(cfg.compute_dtype)
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(compute)
+        x = constrain(x, ("batch", "length", "embed"))
+        k = cfg.num_experts_per_tok
+        used, aux_losses, new_layers = [], [], []
+        for i, layer in enumerate(self.layers):
+            replay = None if routes is None else routes[:, :, i, :]
+            x, indices, aux, new_layer = layer(
+                x, positions, segment_ids, replay, None if cache is None else cache.layers[i],
+                None if cache is None else cache.lengths)
+            used.append(jnp.full((b, s, k), -1, jnp.int32) if indices is None else indices)
+            if aux is not None:
+                aux_losses.append(aux)
+            new_layers.append(new_layer)
+        routes_out = jnp.stack(used, axis=2)
+        aux_loss = jnp.mean(jnp.stack(aux_losses)) if aux_losses else jnp.zeros((), jnp.float32)
+        new_cache = None if cache is None else cache.replace_layers(new_layers, positions,
+                                                                   segment_ids)
+        return self.norm(x), routes_out, aux_loss, new_cache
+
+
+class CausalLM(nnx.Module):
+    """The policy: backbone + LM head (tied to the embedding where the config says so)."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.model = Transformer(cfg, rngs)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"),
+                                 jnp.dtype(cfg.param_dtype))
+        self.tied = cfg.tie_word_embeddings
+
+    def __call__(self, tokens, positions=None, segment_ids=None, routes=None,
+                 cache=None) -> ModelOutput:
+        h, routes_out, aux, new_cache = self.model(tokens, positions, segment_ids, routes, cache)
+        head = self.model.embed[...].T if self.tied else self.lm_head[...]
+        logits = jnp.einsum("bsd,dv->bsv", h, head.astype(h.dtype),
+                            preferred_element_type=jnp.float32)
+        logits = constrain(logits, ("batch", "length", "vocab"))
+        return ModelOutput(logits, None, routes_out, aux, new_cache)
+
+
+class ValueModel(nnx.Module):
+    """The critic: the same backbone with a scalar value head (float32)."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.model = Transformer(cfg, rngs)
+        self.value_head = param(rngs, (cfg.hidden_size,), ("embed",), jnp.float32)
+        self.value_bias = param(None, (), (), jnp.float32, init="zeros")
+
+    def __call__(self, tokens, positions=None, segment_ids=None, routes=None,
+                 cache=None) -> ModelOutput:
+        h, routes_out, aux, new_cache = self.model(tokens, positions, segment_ids, routes, cache)
+        values = h.astype(jnp.float32) @ self.value_head[...] + self.value_bias[...]
+        return ModelOutput(None, values, routes_out, aux, new_cache)
+
+
+def log_probs(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:
+    """log p(target) in float32 under softmax(logits / temperature)."""
+    scaled = logits.astype(jnp.float32) / temperature
+    logz = jax.nn.logsumexp(scaled, axis=-1)
+    return jnp.take_along_axis(scaled, targets[..., None], axis=-1)[..., 0] - logz
