@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BASE_IMAGE=${T1JAX_BASE_IMAGE:-t1jax/base:bookworm}
-BASE_PACKAGES=python3,python3-pytest,procps,git,sqlite3,jq,make,file,bzip2,xz-utils,ca-certificates
+BASE_PACKAGES=python3,python3-pytest,python3-pip,python3-venv,python3-setuptools,procps,psmisc,git,sqlite3,jq,make,gcc,libc6-dev,patch,file,bzip2,xz-utils,zip,unzip,gawk,bc,tree,less,ca-certificates
+# The image and the rootfs are rebuilt when the package list changes (their label/stamp differ).
+BASE_STAMP=$(printf %s "$BASE_PACKAGES" | sha256sum | cut -c1-12)
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[31m[setup] ERROR:\033[0m %s\n' "$*" >&2; exit 1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
@@ -67,6 +69,10 @@ fi
 
 # --- 3. Sandbox base image / rootfs -----------------------------------------------------------
 ROOTFS=${T1JAX_ROOTFS:-$HOME/.cache/t1jax/rootfs-bookworm}
+rootfs_ok() { [ -x "$ROOTFS/usr/bin/python3" ] && [ "$(cat "$ROOTFS.stamp" 2>/dev/null)" = "$BASE_STAMP" ]; }
+image_ok() {
+  [ "$(docker image inspect -f '{{index .Config.Labels "t1jax.base.packages"}}' "$BASE_IMAGE" 2>/dev/null)" = "$BASE_STAMP" ]
+}
 build_rootfs() {
   command -v debootstrap >/dev/null || apt_install debootstrap || die "debootstrap missing; apt-get install debootstrap"
   log "building the sandbox root filesystem with debootstrap (about a minute)"
@@ -74,14 +80,17 @@ build_rootfs() {
   as_root debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$ROOTFS.tmp" \
     >/tmp/t1jax-debootstrap.log 2>&1 || die "debootstrap failed; see /tmp/t1jax-debootstrap.log"
   as_root rm -rf "$ROOTFS.tmp"/var/cache/apt/archives/*.deb
+  as_root rm -rf "$ROOTFS"
   mv "$ROOTFS.tmp" "$ROOTFS"
+  echo "$BASE_STAMP" > "$ROOTFS.stamp"
 }
 if [ "${T1JAX_SKIP_DOCKER:-0}" = 1 ]; then
-  [ -x "$ROOTFS/usr/bin/python3" ] || build_rootfs
-elif ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-  [ -x "$ROOTFS/usr/bin/python3" ] || build_rootfs
+  rootfs_ok || build_rootfs
+elif ! image_ok; then
+  rootfs_ok || build_rootfs
   log "importing $ROOTFS as $BASE_IMAGE"
   tar -C "$ROOTFS" -c . | docker import -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    -c 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null || die "docker import of the base image failed"
+    -c 'CMD ["/bin/bash"]' -c "LABEL t1jax.base.packages=$BASE_STAMP" - "$BASE_IMAGE" >/dev/null \
+    || die "docker import of the base image failed"
 fi
 log "ready"

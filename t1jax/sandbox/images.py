@@ -88,13 +88,17 @@ def build_task_image(client, task_id: str, context_dir: Path, dockerfile: Path, 
     """Build (or reuse) the image for a task; returns its tag `t1jax-task/<id>:<hash12>`."""
     import docker.errors
     base_map = DEFAULT_BASE_MAP if base_map is None else base_map
-    tag = f"t1jax-task/{_slug(task_id)}:{context_hash(context_dir, dockerfile, base_map)[:12]}"
-    if _image_exists(client, tag):
-        return tag
     where = str(dockerfile)
     resolve_bases(client, dockerfile.read_text(), base_map, where)
+    # the base images' ids enter the hash: a rebuilt base invalidates every task image on it
+    base_ids = {ref: client.images.get(ref).id for ref in base_images(dockerfile.read_text())}
+    digest = context_hash(context_dir, dockerfile, {**base_map, "__base_ids__": base_ids})
+    tag = f"t1jax-task/{_slug(task_id)}:{digest[:12]}"
+    if _image_exists(client, tag):
+        return tag
+    relative = dockerfile.resolve().relative_to(Path(context_dir).resolve()).as_posix()
     try:
-        client.images.build(path=str(context_dir), dockerfile=dockerfile.resolve().relative_to(Path(context_dir).resolve()).as_posix(), tag=tag,
+        client.images.build(path=str(context_dir), dockerfile=relative, tag=tag,
                             rm=True, forcerm=True, pull=False, network_mode=network_mode,
                             labels={LABEL_OWNER: "t1jax", "t1jax.task": task_id},
                             timeout=int(timeout_s))
