@@ -1,0 +1,11 @@
+"""One module per `mode` of experiments/run.py; each has `run(config, workdir) -> exit code`."""
+
+MODES = {
+    "oracle": "t1jax.jobs.oracle",
+    "synth": "t1jax.jobs.synth",
+    "audit": "t1jax.jobs.audit",
+}
+
+
+class UsageError(ValueError):
+    """A config value that cannot work; experiments/run.py prints it as a usage error."""
