@@ -59,7 +59,10 @@ def use_rules(rules):
 def spec_for(names, shape, mesh_shape: dict, rules=None) -> P:
     """PartitionSpec for an array with logical `names` (None = replicated dim). A mesh axis is
     used at most once per array, and only where it divides the dimension."""
-    table = dict(rules or _active_rules[-1])
+    names, shape = tuple(names), tuple(shape)
+    if len(names) > len(shape):  # zip would silently drop names: a caller's rank bug
+        raise ValueError(f"{len(names)} logical names {names} for an array of shape {shape}")
+    table = dict(_active_rules[-1] if rules is None else rules)
     used, spec = set(), []
     for name, dim in zip(names, shape):
         target = table.get(name) if name is not None else None
@@ -67,7 +70,7 @@ def spec_for(names, shape, mesh_shape: dict, rules=None) -> P:
         kept = []
         for axis in axes:
             size = mesh_shape.get(axis, 1)
-            if axis in used or size == 1:
+            if axis in used or axis in kept or size == 1:
                 continue
             if dim % (math.prod(mesh_shape[a] for a in kept) * size) == 0:
                 kept.append(axis)
@@ -85,7 +88,7 @@ def constrain(x: jax.Array, names) -> jax.Array:
 
 
 def param_specs(state, mesh: Mesh, rules=None):
-    """PartitionSpecs for an nnx state whose Params carry `sharding_names`."""
+    """PartitionSpecs for an nnx state whose Params carry logical axis names."""
     from flax import nnx
     logical = nnx.get_partition_spec(state)
     shape = dict(mesh.shape)

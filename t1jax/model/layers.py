@@ -19,7 +19,7 @@ def param(rngs: nnx.Rngs | None, shape, names: tuple, dtype, init: str = "normal
     else:
         value = (INIT_STD * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
     assert len(names) == len(shape), (names, shape)
-    return nnx.Param(value, sharding_names=names, eager_sharding=False)
+    return nnx.Param(value, out_sharding=names, eager_sharding=False)
 
 
 def constrain(x: jax.Array, names: tuple) -> jax.Array:

@@ -75,8 +75,9 @@ class DockerBackend:
 
         removed = 0
         owner = {"label": f"{base.LABEL_OWNER}=t1jax"}
-        for container in self.client.containers.list(all=True, filters=owner):
-            if abandoned(container.labels):
+        # sparse: a container removed by another process mid-listing must not fail the reap
+        for container in self.client.containers.list(all=True, filters=owner, sparse=True):
+            if abandoned(container.attrs.get("Labels") or {}):
                 try:
                     container.remove(force=True, v=True)
                     removed += 1

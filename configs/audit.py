@@ -1,0 +1,45 @@
+"""Audit a task pool: score every task on eight quality dimensions (verifier 45%, solution 25%,
+instruction 20%, value 10%) and hard-reject broken, leaky or gameable tasks; writes audit.jsonl,
+audit.md and scores.json (read by the TFDS pool builder) to the workdir.
+
+  python experiments/run.py --config configs/audit.py --workdir runs/audit
+  python experiments/run.py --config configs/audit.py --config.task_filter=count-log-errors \
+      --config.judge.base_url=http://localhost:8000 --config.judge.model=Qwen/Qwen3-8B
+"""
+
+import ml_collections
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.mode = "audit"
+    config.run_id = ""  # default: derived from the workdir name and the time
+    config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
+    config.fail_on_reject = False  # True: exit 1 when any task is rejected (a CI gate)
+
+    config.sandbox = ml_collections.ConfigDict()
+    config.sandbox.backend = "docker"  # docker | bwrap (no daemon needed)
+    config.sandbox.concurrency = 4  # probe episodes running at once (4 per task)
+    config.sandbox.allow_network = False  # a task's allow_internet only counts when this is True
+    config.sandbox.runtime = ""  # Docker runtime, e.g. runsc (gVisor); "" = the daemon's default
+    config.sandbox.build_network = "none"  # network for `docker build` (host to apt-get in builds)
+    config.sandbox.pids = 512
+    config.sandbox.max_output_bytes = 10_000
+    config.sandbox.command_timeout_s = 180.0
+
+    config.verifier = ml_collections.ConfigDict()
+    config.verifier.mode = "script"  # script: tests/test.sh | offline: image pytest on test_*.py
+    config.verifier.global_scale = 0.0  # > 0 fixes the dense reward's denominator
+    config.verifier.scale_quantile = 0.9
+
+    config.judge = ml_collections.ConfigDict()
+    config.judge.base_url = ""  # an OpenAI-compatible server, e.g. http://localhost:8000; "" = off
+    config.judge.model = "default"
+    config.judge.api_key_env = ""  # name of an environment variable holding the API key, if any
+    config.judge.timeout_s = 120.0
+
+    if arg == "smoke":
+        config.task_filter = "count-log-errors,organize-files"
+    else:
+        config.task_filter = ""  # comma-separated task ids; "" = all
+    return config

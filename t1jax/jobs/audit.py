@@ -1,0 +1,87 @@
+"""Audit a task pool: quality scores and hard rejects for every task (configs/audit.py)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+
+from absl import logging
+
+from t1jax.jobs import UsageError
+
+
+def run(config, workdir: Path) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn, TimeRemainingColumn
+
+    from t1jax.sandbox.backend import make_backend
+    from t1jax.sandbox.base import Limits
+    from t1jax.tasks.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
+        write_reports
+    from t1jax.tasks.pool import default_pool_dir, load_pool
+    from t1jax.tasks.validate import pool_scale
+
+    pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
+    loaded = load_pool(pool_dir, skip_invalid=True)  # a malformed task is a rejected task
+    wanted = set(config.task_filter.split(",")) if config.task_filter else None
+    invalid = {Path(err.task_dir).name: err for err in loaded.errors}
+    tasks = [t for t in loaded.tasks if wanted is None or t.task_id in wanted]
+    invalid = {tid: err for tid, err in invalid.items() if wanted is None or tid in wanted}
+    if wanted and wanted - {t.task_id for t in tasks} - set(invalid):
+        raise UsageError("--config.task_filter names unknown tasks: "
+                         f"{sorted(wanted - {t.task_id for t in tasks} - set(invalid))}")
+    if not tasks and not invalid:
+        raise UsageError(f"no tasks found in {pool_dir}")
+    judge = None
+    if config.judge.base_url:
+        key = os.environ.get(config.judge.api_key_env) if config.judge.api_key_env else None
+        judge = functools.partial(llm_judge, base_url=config.judge.base_url,
+                                  model=config.judge.model, timeout_s=config.judge.timeout_s,
+                                  api_key=key)
+    options = {}
+    if config.sandbox.backend == "docker":
+        options = dict(runtime=config.sandbox.runtime or None,
+                       build_network=config.sandbox.build_network)
+    backend = make_backend(config.sandbox.backend, **options)
+    run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if reaped := _reap(backend):
+        logging.info("removed %d sandboxes left behind by dead runs", reaped)
+    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
+                    default_timeout_s=config.sandbox.command_timeout_s)
+    reports = []
+    if tasks:
+        scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn())
+        with Progress(*columns) as progress:
+            bars = {"build": progress.add_task("build task images", total=len(tasks)),
+                    "probe": progress.add_task("probe episodes", total=len(tasks) * len(PROBES))}
+            if judge:
+                bars["judge"] = progress.add_task("LLM judge", total=len(tasks))
+            try:
+                reports = audit_pool(tasks, backend, concurrency=config.sandbox.concurrency,
+                                     progress=lambda kind, what: progress.advance(bars[kind]),
+                                     judge=judge, run_id=run_id, limits=limits, scale=scale,
+                                     verifier_mode=config.verifier.mode,
+                                     allow_network=config.sandbox.allow_network)
+            finally:
+                _reap(backend, run_id)  # whatever an interrupt left running
+    zero = {f"{g}.{d}": 0.0 for g, ds in DIMENSIONS.items() for d in ds}
+    reports += [AuditReport(tid, dict(zero), {g: 0.0 for g in DIMENSIONS}, 0.0, True,
+                            [f"invalid task: {' '.join(str(err).split())}"], {})
+                for tid, err in sorted(invalid.items())]
+    write_reports(reports, workdir)
+    print((workdir / "audit.md").read_text())
+    print(f"wrote {workdir / 'audit.jsonl'}, {workdir / 'audit.md'} and {workdir / 'scores.json'}")
+    return 1 if config.fail_on_reject and any(r.rejected for r in reports) else 0
+
+
+def _reap(backend, run_id: str | None = None) -> int:
+    """Reaping is a safety net: a race with another user of the daemon must not end the audit."""
+    try:
+        return backend.reap(run_id)
+    except Exception as err:  # e.g. docker NotFound: a container vanished while being listed
+        logging.warning("could not reap leftover sandboxes: %s", err)
+        return 0
