@@ -83,11 +83,12 @@ class DockerBackend:
                     removed += 1
                 except docker.errors.NotFound:
                     pass
-        for image in self.client.images.list(filters=owner):
-            labels = image.labels or {}
-            if any(t.startswith("t1jax-snapshot:") for t in image.tags) and abandoned(labels):
+        for image in self.client.api.images(filters=owner):  # raw list: no per-image inspect
+            tags = image.get("RepoTags") or []
+            if any(t.startswith("t1jax-snapshot:") for t in tags) and \
+                    abandoned(image.get("Labels") or {}):
                 try:
-                    self.client.images.remove(image.id, force=True)
+                    self.client.images.remove(image["Id"], force=True)
                     removed += 1
                 except (docker.errors.ImageNotFound, docker.errors.APIError):
                     pass
