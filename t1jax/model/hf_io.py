@@ -9,7 +9,6 @@ never sits in one host's memory. Export writes the on-disk layout of HF Qwen3-Mo
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jax
@@ -161,8 +160,8 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
         (path / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
     hf_config = cfg.to_hf_dict()
-    hf_config["torch_dtype"] = str(np.dtype(next(iter(tensors.values())).dtype)) \
-        if dtype is None else dtype
+    stored = dtype or str(np.dtype(next(iter(tensors.values())).dtype))
+    hf_config["dtype"] = hf_config["torch_dtype"] = stored  # transformers 5 reads `dtype` first
     (path / "config.json").write_text(json.dumps(hf_config, indent=2))
     return path
 
@@ -186,5 +185,3 @@ def _from_ours(ours: np.ndarray, hf_keys: list[str], cfg: ModelConfig) -> list[n
 def num_params(model: nnx.Module) -> int:
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
-
-__all__ = ["load_hf", "export_hf", "param_map", "num_params", "os"]
