@@ -9,13 +9,16 @@ them) and all three expert weight tensors.
     y[t] = sum_j weights[t, j] * (silu(x[t] @ w_gate[e]) * (x[t] @ w_up[e])) @ w_down[e],
     e = indices[t, j];  an index of -1 means "no expert" and contributes nothing.
 
-Strategies:
-  ragged  sort assignments by expert, jax.lax.ragged_dot per group; T*k rows of expert FLOPs.
-  padded  sort by expert into an [E, C=T, D] buffer (dropless capacity), batched einsum.
-          Same FLOPs as dense (E*T rows) plus the scatter/gather; kept as the portable
-          fixed-shape layout (e.g. for expert-parallel all-to-all), not for speed.
-  dense   every expert on every token, combined with a dense [T, E] weight matrix; E/k times
-          the FLOPs but no gather/scatter.
+Strategies (rows of expert work per matmul, T tokens, E experts, k per token):
+  ragged   sort assignments by expert, jax.lax.ragged_dot per group: T*k rows where a grouped
+           matmul kernel exists (GPU/TPU). On CPU, JAX lowers ragged_dot to a masked dense dot
+           over all groups (E*T*k rows, and an [E, T*k, D] temporary): by far the slowest there.
+  padded   sort by expert into an [E, C=T, D] buffer (dropless capacity), batched einsum.
+           Same rows as dense (E*T) plus a scatter/gather; the fixed-shape per-expert layout.
+  dense    every expert on every token, combined with a dense [T, E] weight matrix: E*T rows,
+           E/k times the needed FLOPs, but no gather/scatter.
+  blocked  expert-sorted rows in fixed-size single-expert tiles, one batched matmul over tiles
+           with per-tile gathered weights: <= T*k + E*B rows. A grouped matmul from plain ops.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Measured with experiments/benchmarks/moe_dispatch.py (fwd+bwd, D=256, F=128, k=8).
-# cpu: see _auto_cpu. gpu/tpu: "ragged" (grouped-matmul kernels exist there) — NOT measured here.
-AUTO = {"cpu": "ragged", "gpu": "ragged", "tpu": "ragged"}
-STRATEGIES = ("ragged", "padded", "dense")
+# cpu: measured with experiments/benchmarks/moe_dispatch.py (fwd+bwd, D=256, F=128, k=8, 2 cores):
+# "blocked" was fastest at E=16/64/128 (2-6x over padded/dense at E>=64), tied at E=k=8, and
+# ragged (the masked-dense fallback) was the slowest everywhere. No E/k rule needed.
+# gpu/tpu: "ragged" lowers to a real grouped matmul there; NOT measured here.
+AUTO = {"cpu": "blocked", "gpu": "ragged", "tpu": "ragged"}
+STRATEGIES = ("ragged", "padded", "dense", "blocked")
 
 
 def _silu_mul(gate: jax.Array, up: jax.Array) -> jax.Array:
@@ -44,7 +49,7 @@ class _Sorted:
 
     def __init__(self, indices_tk: jax.Array, weights_tk: jax.Array, num_experts: int):
         t, k = indices_tk.shape
-        flat = indices_tk.reshape(-1).astype(jnp.int32)
+        flat = jnp.asarray(indices_tk).reshape(-1).astype(jnp.int32)
         valid = (flat >= 0) & (flat < num_experts)
         key = jnp.where(valid, flat, num_experts)
         self.perm = jnp.argsort(key, stable=True)
@@ -101,9 +106,10 @@ def expert_ffn_padded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down
     s = _Sorted(indices_tk, weights_tk, e)
     starts = jnp.cumsum(s.group_sizes) - s.group_sizes
     # Slot within the expert's batch = rank among that expert's assignments; invalid ones
-    # carry expert index E (out of bounds) and are dropped by the scatter / filled by the gather.
+    # carry expert index E and are dropped by the scatter / zero-filled by the gather.
     pos = jnp.arange(s.perm.shape[0], dtype=jnp.int32) - starts[jnp.minimum(s.expert, e - 1)]
-    pos = jnp.where(s.valid, pos, t)
+    # Invalid ones get (E, i): out of bounds, and unique, so unique_indices stays truthful.
+    pos = jnp.where(s.valid, pos, jnp.arange(s.perm.shape[0], dtype=jnp.int32))
     buf = jnp.zeros((e, t, x_td.shape[1]), x_td.dtype).at[s.expert, pos].set(
         x_td[s.token], mode="drop", unique_indices=True)
     gate = jnp.einsum("ecd,edf->ecf", buf, w_gate_edf, preferred_element_type=jnp.float32)
@@ -128,21 +134,55 @@ def expert_ffn_dense(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_
     return y.astype(x_td.dtype)
 
 
-_IMPLS = {"ragged": expert_ffn_ragged, "padded": expert_ffn_padded, "dense": expert_ffn_dense}
+def _tile_rows(n: int, num_experts: int) -> int:
+    """Rows per tile: about half an expert's mean load (a power of two in [8, 128])."""
+    mean = max(1, n // num_experts)
+    return int(min(128, max(8, (1 << (mean.bit_length() - 1)) // 2)))
 
 
-def _auto_cpu(num_experts: int, k: int) -> str:
-    """CPU choice from the benchmark; see AUTO."""
-    return AUTO["cpu"]
+def expert_ffn_blocked(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *,
+                       tile_rows: int | None = None):
+    """Expert-sorted assignments in fixed-size single-expert tiles, one batched matmul over tiles.
+
+    A grouped matmul from plain ops (what ragged_dot is on GPU/TPU, minus the kernel): each
+    expert's group is padded to a multiple of B rows, so work is at most T*k + E*B rows
+    instead of dense's E*T. Tile count cdiv(T*k, B) + E - 1 bounds sum_e cdiv(n_e, B): static.
+    Rows move by gathers (x rows in, output rows back); only an int index vector is scattered.
+    """
+    e = w_gate_edf.shape[0]
+    t, k = indices_tk.shape
+    n = t * k
+    b = tile_rows or _tile_rows(n, e)
+    num_tiles = -(-n // b) + e - 1
+    s = _Sorted(indices_tk, weights_tk, e)
+    tiles_e = (s.group_sizes + b - 1) // b
+    tile_end = jnp.cumsum(tiles_e)
+    group_start = jnp.cumsum(s.group_sizes) - s.group_sizes
+    ec = jnp.minimum(s.expert, e - 1)
+    row = (tile_end - tiles_e)[ec] * b + jnp.arange(n, dtype=jnp.int32) - group_start[ec]
+    row = jnp.where(s.valid, row, num_tiles * b)  # padded-buffer row of each sorted assignment
+    src_token = jnp.full((num_tiles * b,), t, jnp.int32).at[row].set(s.token, mode="drop")
+    xb = x_td.at[src_token].get(mode="fill", fill_value=0).reshape(num_tiles, b, -1)
+    # Tiles past the last used one compute zeros with expert E-1's weights (at most E-1 tiles).
+    tile_expert = jnp.minimum(jnp.searchsorted(tile_end, jnp.arange(num_tiles), side="right"), e - 1)
+    gate = jnp.einsum("nbd,ndf->nbf", xb, w_gate_edf[tile_expert], preferred_element_type=jnp.float32)
+    up = jnp.einsum("nbd,ndf->nbf", xb, w_up_edf[tile_expert], preferred_element_type=jnp.float32)
+    h = _silu_mul(gate, up).astype(x_td.dtype)
+    out = jnp.einsum("nbf,nfd->nbd", h, w_down_efd[tile_expert], preferred_element_type=jnp.float32)
+    out_tkd = out.reshape(num_tiles * b, -1).at[row[s.inv_perm].reshape(t, k)].get(mode="fill", fill_value=0)
+    valid = (indices_tk >= 0) & (indices_tk < e)
+    w = jnp.where(valid, weights_tk.astype(jnp.float32), 0.0)
+    return jnp.einsum("tk,tkd->td", w, out_tkd).astype(x_td.dtype)
 
 
-def resolve_strategy(strategy: str, num_experts: int | None = None, k: int | None = None) -> str:
-    """Map "auto" to a concrete strategy for the default backend; validate names."""
+_IMPLS = {"ragged": expert_ffn_ragged, "padded": expert_ffn_padded, "dense": expert_ffn_dense,
+          "blocked": expert_ffn_blocked}
+
+
+def resolve_strategy(strategy: str) -> str:
+    """Map "auto" to the measured choice for the default backend; validate names."""
     if strategy == "auto":
-        backend = jax.default_backend()
-        if backend == "cpu" and num_experts is not None and k is not None:
-            return _auto_cpu(num_experts, k)
-        return AUTO.get(backend, "ragged")
+        return AUTO.get(jax.default_backend(), "ragged")
     if strategy not in _IMPLS:
         raise ValueError(f"unknown MoE dispatch strategy {strategy!r}; choose from {STRATEGIES} or 'auto'")
     return strategy
@@ -154,9 +194,10 @@ def expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *
     e, d2, f = w_gate_edf.shape
     assert d2 == d and w_up_edf.shape == (e, d, f) and w_down_efd.shape == (e, f, d), (
         x_td.shape, w_gate_edf.shape, w_up_edf.shape, w_down_efd.shape)
-    assert indices_tk.shape == weights_tk.shape and indices_tk.shape[0] == t, (indices_tk.shape, weights_tk.shape)
-    name = resolve_strategy(strategy, e, indices_tk.shape[1])
-    return _IMPLS[name](x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd)
+    assert indices_tk.shape == weights_tk.shape and indices_tk.shape[0] == t, (
+        indices_tk.shape, weights_tk.shape)
+    args = (jnp.asarray(a) for a in (x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd))
+    return _IMPLS[resolve_strategy(strategy)](*args)
 
 
 def expert_ffn_loop_reference(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd) -> np.ndarray:
