@@ -4,6 +4,7 @@ MODES = {
     "oracle": "t1jax.jobs.oracle",
     "synth": "t1jax.jobs.synth",
     "audit": "t1jax.jobs.audit",
+    "pool": "t1jax.jobs.pool",
 }
 
 

@@ -1,0 +1,115 @@
+"""Grow a task pool by recursive task synthesis (configs/synth.py): rounds of rewrites, each new
+task validated in sandboxes; writes the tasks, summary.md and lineage.jsonl to the workdir."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from absl import logging
+
+from t1jax.jobs import UsageError
+
+
+def _select(config):
+    """The seed tasks: the pool, filtered. A malformed task only stops the run when selected."""
+    from t1jax.tasks.pool import PoolLoadError, default_pool_dir, load_pool
+
+    pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
+    loaded = load_pool(pool_dir, skip_invalid=True)
+    wanted = {t.strip() for t in config.task_filter.split(",") if t.strip()}
+    errors = [e for e in loaded.errors if not wanted or Path(e.task_dir).name in wanted]
+    if errors and not config.skip_invalid_tasks:
+        raise PoolLoadError(errors)
+    for err in loaded.errors:
+        logging.warning("skipping %s", err)
+    tasks = loaded.tasks
+    if wanted:
+        missing = wanted - {t.task_id for t in tasks} - {Path(e.task_dir).name for e in errors}
+        if missing:
+            raise UsageError(f"--config.task_filter names unknown tasks: {sorted(missing)}")
+        tasks = [t for t in tasks if t.task_id in wanted]
+    if not tasks:
+        raise UsageError(f"no tasks found in {pool_dir}")
+    return tasks
+
+
+def _operators(config):
+    from t1jax.tasks.synth_operators import LLMConfig, make_operators
+
+    names = [n.strip() for n in config.operators.split(",") if n.strip()]
+    llm = None
+    if config.llm.base_url:
+        llm = LLMConfig(base_url=config.llm.base_url, model=config.llm.model,
+                        temperature=config.llm.temperature, max_tokens=config.llm.max_tokens,
+                        timeout_s=config.llm.timeout_s, api_key=config.llm.api_key or None)
+        if names and "llm_rewrite" not in names:
+            names.append("llm_rewrite")  # a model endpoint enables the LLM rewriter
+    try:
+        make_operators(names, llm)
+    except ValueError as err:
+        raise UsageError(f"--config.operators: {err}") from err
+    return names, llm
+
+
+def _reap(backend, run_id: str | None = None) -> int:
+    """Best effort: another run's container may vanish while the reaper lists them."""
+    try:
+        return backend.reap(run_id)
+    except Exception as err:  # noqa: BLE001 - cleanup must not mask the run's outcome
+        logging.warning("could not reap sandboxes%s: %s", f" of {run_id}" if run_id else "", err)
+        return 0
+
+
+def run(config, workdir: Path) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
+
+    from t1jax.sandbox.backend import make_backend
+    from t1jax.sandbox.base import Limits
+    from t1jax.tasks.synth import synthesize
+
+    if config.rounds < 1 or config.per_round_limit < 1:
+        raise UsageError("--config.rounds and --config.per_round_limit must be >= 1")
+    tasks = _select(config)
+    names, llm = _operators(config)
+    options = {}
+    if config.sandbox.backend == "docker":
+        options = dict(runtime=config.sandbox.runtime or None,
+                       build_network=config.sandbox.build_network)
+    backend = make_backend(config.sandbox.backend, **options)
+    run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    reaped = _reap(backend)
+    if reaped:
+        logging.info("removed %d sandboxes left behind by dead runs", reaped)
+    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
+                    default_timeout_s=config.sandbox.command_timeout_s)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns) as progress:
+        bar = {}
+
+        def tick(kind: str, what: str, n: int = 0) -> None:
+            if kind == "round":  # parents' outputs, then each new task's validation
+                bar.update(id=progress.add_task(f"{what}: outputs + validation", total=n),
+                           total=n)
+            elif kind == "grow":
+                bar["total"] += n
+                progress.update(bar["id"], total=bar["total"])
+            elif kind == "step":
+                progress.advance(bar["id"])
+            else:  # round_done: parents with no feasible operator never became steps
+                progress.update(bar["id"], total=bar["total"], completed=bar["total"])
+
+        try:
+            report = synthesize(tasks, backend, workdir, rounds=config.rounds, seed=config.seed,
+                                operators=names, per_round_limit=config.per_round_limit, llm=llm,
+                                progress=tick, concurrency=config.sandbox.concurrency,
+                                limits=limits, verifier_mode=config.verifier.mode,
+                                run_id=run_id, allow_network=config.sandbox.allow_network)
+        finally:
+            _reap(backend, run_id)  # whatever an interrupt left running
+    print((workdir / "summary.md").read_text())
+    print(f"wrote {len(report.accepted)} new task(s) under {workdir}/round-*/, "
+          f"{workdir / 'summary.md'} and {workdir / 'lineage.jsonl'}")
+    return 0 if report.accepted else 1
