@@ -1,0 +1,49 @@
+"""Recursive task synthesis: extend each accepted task's workflow with one more executable step
+(offline operators, or a model through llm.base_url), validate every new task in sandboxes, and
+let the accepted ones seed the next round. Writes round-<r>/<task>/, rejected/<task>/ (with
+reason.txt), summary.md and lineage.jsonl to the workdir.
+
+  python experiments/run.py --config configs/synth.py --workdir runs/synth
+  python experiments/run.py --config configs/synth.py --config.task_filter=count-log-errors \
+      --config.rounds=1 --config.llm.base_url=http://127.0.0.1:30000
+"""
+
+import ml_collections
+
+OFFLINE_OPERATORS = "checksum_manifest,archive_outputs,summary_json,readonly_publish"
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.mode = "synth"
+    config.run_id = ""  # default: derived from the workdir name and the time
+    config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
+    config.skip_invalid_tasks = False  # True: report malformed tasks and use the rest
+    config.task_filter = ""  # comma-separated seed task ids; "" = all
+
+    config.rounds = 2  # round r extends the tasks accepted in round r - 1 (round 0: the pool)
+    config.per_round_limit = 8  # new tasks attempted per round, at most
+    config.seed = 0  # picks the parents a limit keeps and each parent's operator
+    config.operators = OFFLINE_OPERATORS  # comma-separated; llm_rewrite joins when llm is set
+
+    config.llm = ml_collections.ConfigDict()
+    config.llm.base_url = ""  # an OpenAI-compatible server, e.g. http://127.0.0.1:30000; "" = off
+    config.llm.model = "default"
+    config.llm.api_key = ""
+    config.llm.temperature = 0.0
+    config.llm.max_tokens = 4096
+    config.llm.timeout_s = 120.0
+
+    config.sandbox = ml_collections.ConfigDict()
+    config.sandbox.backend = "docker"  # docker | bwrap (no daemon needed)
+    config.sandbox.concurrency = 4  # sandboxes running at once
+    config.sandbox.allow_network = False  # a task's allow_internet only counts when this is True
+    config.sandbox.runtime = ""  # Docker runtime, e.g. runsc (gVisor); "" = the daemon's default
+    config.sandbox.build_network = "none"  # network for `docker build` (host to apt-get in builds)
+    config.sandbox.pids = 512
+    config.sandbox.max_output_bytes = 10_000  # per command, head + tail kept (Terminus-2: 10 KB)
+    config.sandbox.command_timeout_s = 180.0
+
+    config.verifier = ml_collections.ConfigDict()
+    config.verifier.mode = "script"  # script: tests/test.sh | offline: image pytest on test_*.py
+    return config
