@@ -1,0 +1,1 @@
+"""Rollout: the engine contract, the embedded JAX engine, the chat template, and TITO."""
