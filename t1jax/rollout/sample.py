@@ -1,0 +1,74 @@
+"""A finished, verified rollout as the trainer consumes it, and its on-disk form (.npz).
+
+Why: the rollout side and the trainer meet here; everything the loss needs (ids, mask, sampling
+log-probs, routes for replay, reward) travels in one file with plain arrays, so a sample written
+by one process (or machine) loads bit-identically in another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Sample:
+    tokens: np.ndarray  # int32 [T]
+    loss_mask: np.ndarray  # int8 [T], 1 on sampled ids
+    rollout_logprobs: np.ndarray  # float32 [T], 0 where the mask is 0
+    routes: np.ndarray  # int32 [T, layers, k], -1 where the model never ran
+    reward: float  # the episode's scalar reward; see token_rewards
+    metadata: dict  # task_id, attempt, turns, finish, weight_versions, verifier report
+
+    def __post_init__(self):
+        self.tokens = np.asarray(self.tokens, np.int32)
+        self.loss_mask = np.asarray(self.loss_mask, np.int8)
+        self.rollout_logprobs = np.asarray(self.rollout_logprobs, np.float32)
+        self.routes = np.asarray(self.routes, np.int32)
+        self.reward = float(self.reward)
+        n = len(self.tokens)
+        if not (len(self.loss_mask) == len(self.rollout_logprobs) == len(self.routes) == n):
+            raise ValueError(f"lengths differ: tokens {n}, loss_mask {len(self.loss_mask)}, "
+                             f"logprobs {len(self.rollout_logprobs)}, routes {len(self.routes)}")
+
+    @property
+    def last_response_index(self) -> int:
+        """Where the reward lands: the last sampled id (-1 when nothing was sampled)."""
+        idx = np.flatnonzero(self.loss_mask)
+        return int(idx[-1]) if len(idx) else -1
+
+    def token_rewards(self) -> np.ndarray:
+        """float32 [T]: zero except the reward on the last response token."""
+        out = np.zeros(len(self.tokens), np.float32)
+        if self.last_response_index >= 0:
+            out[self.last_response_index] = self.reward
+        return out
+
+    def to_npz(self, path) -> None:
+        np.savez(path, tokens=self.tokens, loss_mask=self.loss_mask,
+                 rollout_logprobs=self.rollout_logprobs, routes=self.routes,
+                 reward=np.float64(self.reward),
+                 metadata=np.array(json.dumps(self.metadata, default=str)))
+
+    @classmethod
+    def from_npz(cls, path) -> "Sample":
+        with np.load(path, allow_pickle=False) as data:
+            return cls(tokens=data["tokens"], loss_mask=data["loss_mask"],
+                       rollout_logprobs=data["rollout_logprobs"], routes=data["routes"],
+                       reward=float(data["reward"]), metadata=json.loads(str(data["metadata"])))
+
+
+def make_sample(trajectory, report, task_id: str, attempt: int) -> Sample:
+    """Join a trajectory with its verifier report (None: the verifier failed, reward 0)."""
+    report_dict = report.to_dict() if report is not None else None
+    if report_dict is not None:  # JSON-safe now, so the round trip is exact
+        report_dict = json.loads(json.dumps(report_dict, default=str))
+    meta = {"task_id": task_id, "attempt": int(attempt), "turns": trajectory.turns,
+            "tool_calls": trajectory.tool_calls, "finish": trajectory.finish,
+            "prompt_len": trajectory.prompt_len, "weight_versions": trajectory.weight_versions,
+            "route_drift": trajectory.route_drift, "verifier": report_dict}
+    return Sample(tokens=trajectory.tokens, loss_mask=trajectory.loss_mask,
+                  rollout_logprobs=trajectory.logprobs, routes=trajectory.routes,
+                  reward=report.reward if report is not None else 0.0, metadata=meta)
