@@ -1,0 +1,278 @@
+"""Oversampled rollout steps with partial-rollout carry-over.
+
+Why: T1 launches more trials than a step needs and admits the first to finish, which silently
+drops the longest trials (a bias against long tasks). Here the stragglers are told to stop
+between turns and, with carry_over, continue in the next step from where they stopped: their
+turns so far are kept (each tagged with the weight version that sampled it, so the trainer can
+see the off-policy part), and later turns are sampled by the newer policy.
+
+Resuming without touching the agent loop: an episode's state is its open sandbox plus a log of
+every generate call and every command it served. The resumed run replays that log (recorded
+completions and observations, byte-identical, so the token record is rebuilt exactly) and then
+goes live on the same sandbox, whose files already hold the earlier commands' effects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Callable
+
+from t1jax.rollout.agent import RolloutError, run_agent_episode
+from t1jax.rollout.sample import make_sample
+from t1jax.sandbox.backend import SandboxSpec
+from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.tasks.validate import task_limits
+from t1jax.verify.verifier import verify
+
+DONE, STOPPED, FAILED = "done", "stopped", "failed"
+
+
+@dataclasses.dataclass
+class TrialRequest:
+    task_id: str
+    attempt: int = 0
+    state: Any = None  # a stopped trial's resumable state (the trial function's own type)
+    carried_steps: int = 0  # how many step boundaries this trial has crossed
+    ready: "TrialResult | None" = None  # finished after its step was full: admit next step
+    meta: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.task_id, self.attempt
+
+
+@dataclasses.dataclass
+class TrialResult:
+    request: TrialRequest
+    status: str  # DONE | STOPPED | FAILED
+    sample: Any = None  # DONE: what the trainer consumes
+    state: Any = None  # STOPPED: what the next step resumes from (None: nothing to resume)
+    error: str | None = None  # FAILED: the exception, with the task id
+    duration_s: float = 0.0
+
+
+@dataclasses.dataclass
+class StepResult:
+    samples: list  # the admitted results' samples, in finishing order
+    admitted: list[TrialResult]  # at most batch_size, DONE only
+    dropped: list[TrialResult]  # stopped or late trials thrown away (carry_over=False)
+    carried: list[TrialRequest]  # put these first in the next step's requests
+    failed: list[TrialResult] = dataclasses.field(default_factory=list)
+    unlaunched: list[TrialRequest] = dataclasses.field(default_factory=list)
+
+
+class TrialStopped(Exception):
+    """Raised inside a trial at a turn boundary once its step no longer needs it."""
+
+
+TrialFn = Callable[[TrialRequest, threading.Event], TrialResult]
+
+
+class RolloutScheduler:
+    """Runs trials on a bounded thread pool; one `collect` call is one RL step's rollouts."""
+
+    def __init__(self, run_trial: TrialFn, *, max_concurrency: int):
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.run_trial, self.max_concurrency = run_trial, max_concurrency
+
+    def collect(self, requests: list[TrialRequest], batch_size: int, *, oversample: float = 1.5,
+                carry_over: bool = True) -> StepResult:
+        """Launch up to ceil(batch_size * oversample) trials (carried ones first), admit the
+        first batch_size that finish, stop the rest and carry or drop them. Blocks until every
+        launched trial has returned (a trial notices the stop at its next turn boundary)."""
+        if batch_size < 1 or oversample < 1.0:
+            raise ValueError(f"need batch_size >= 1 and oversample >= 1, got {batch_size}, "
+                             f"{oversample}")
+        keys = [r.key for r in requests]
+        if len(set(keys)) != len(keys):
+            raise ValueError("duplicate (task_id, attempt) in requests")
+        order = sorted(requests, key=lambda r: (r.ready is None, r.state is None))
+        n = min(len(order), math.ceil(batch_size * oversample))
+        launch, out = order[:n], StepResult([], [], [], [], unlaunched=order[n:])
+        stops = {r.key: threading.Event() for r in launch}
+        lock = threading.Lock()
+
+        def settle(result: TrialResult) -> None:
+            req = result.request
+            with lock:
+                if result.status == DONE and len(out.admitted) < batch_size:
+                    out.admitted.append(result)
+                    out.samples.append(result.sample)
+                    if len(out.admitted) == batch_size:
+                        for ev in stops.values():
+                            ev.set()
+                elif result.status == FAILED:
+                    out.failed.append(result)
+                elif not carry_over:
+                    _close(result.state if result.status == STOPPED else None)
+                    out.dropped.append(result)
+                elif result.status == DONE:  # finished after the batch was full
+                    out.carried.append(dataclasses.replace(
+                        req, ready=result, carried_steps=req.carried_steps + 1))
+                else:
+                    state = result.state if result.state is not None else req.state
+                    out.carried.append(dataclasses.replace(
+                        req, state=state, carried_steps=req.carried_steps + 1))
+
+        for req in launch:  # finished last step: no thread needed
+            if req.ready is not None:
+                settle(dataclasses.replace(req.ready, request=dataclasses.replace(req,
+                                                                                   ready=None)))
+        live = [r for r in launch if r.ready is None]
+        with ThreadPoolExecutor(max_workers=self.max_concurrency,
+                                thread_name_prefix="trial") as pool:
+            futures = [pool.submit(self._guarded, r, stops[r.key]) for r in live]
+            for future in as_completed(futures):
+                settle(future.result())
+        return out
+
+    def _guarded(self, request: TrialRequest, stop: threading.Event) -> TrialResult:
+        """Never raises: a trial's exception becomes a FAILED result naming its task."""
+        t0 = time.monotonic()
+        if stop.is_set():  # the step filled up before this one got a worker
+            return TrialResult(request, STOPPED, state=request.state)
+        try:
+            result = self.run_trial(request, stop)
+            if not isinstance(result, TrialResult) or result.status not in (DONE, STOPPED,
+                                                                             FAILED):
+                raise TypeError(f"run_trial returned {result!r}, not a TrialResult")
+        except TrialStopped:
+            return TrialResult(request, STOPPED, state=request.state,
+                               duration_s=time.monotonic() - t0)
+        except Exception as err:  # noqa: BLE001 - one bad trial must not sink the step
+            _close(request.state)
+            tb = traceback.format_exc(limit=3)
+            return TrialResult(request, FAILED, error=f"task {request.task_id} attempt "
+                               f"{request.attempt}: {type(err).__name__}: {err}\n{tb}",
+                               duration_s=time.monotonic() - t0)
+        result.request = request
+        result.duration_s = result.duration_s or time.monotonic() - t0
+        return result
+
+
+def _close(state) -> None:
+    close = getattr(state, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - cleanup of a dropped trial; the run_id reap covers it
+            pass
+
+
+@dataclasses.dataclass
+class EpisodeState:
+    """A stopped episode: its live sandbox and every generate call and command so far."""
+    sandbox: Any
+    calls: list = dataclasses.field(default_factory=list)  # (prompt ids, GenerateResult)
+    execs: list = dataclasses.field(default_factory=list)  # (command, ExecResult)
+    time_left_s: float = 1800.0  # the episode's wall-clock budget not yet used
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+
+class _LoggedEngine:
+    """Replays the state's recorded generate calls, then calls the real engine, checking the
+    stop event before each live call (a turn boundary) and logging what it returns."""
+
+    def __init__(self, engine, state: EpisodeState, stop: threading.Event):
+        self.engine, self.state, self.stop, self.i = engine, state, stop, 0
+        self.max_len = getattr(engine, "max_len", 32768)
+        self.weight_version = getattr(engine, "weight_version", "")
+
+    def generate(self, prompts, sampling):
+        (prompt,) = prompts
+        i, self.i = self.i, self.i + 1
+        if i < len(self.state.calls):
+            recorded, res = self.state.calls[i]
+            if list(prompt) != recorded:
+                raise RolloutError(f"resumed episode diverged from its log at call {i}")
+            return [res]
+        if self.stop.is_set():
+            raise TrialStopped()
+        (res,) = self.engine.generate([prompt], sampling)
+        self.state.calls.append((list(prompt), res))
+        return [res]
+
+
+class _LoggedSandbox:
+    """Replays the state's recorded command results, then runs commands for real."""
+
+    def __init__(self, state: EpisodeState):
+        self.state, self.i = state, 0
+
+    def exec(self, cmd, timeout=None):
+        i, self.i = self.i, self.i + 1
+        if i < len(self.state.execs):
+            recorded, res = self.state.execs[i]
+            if cmd != recorded:
+                raise RolloutError(f"resumed episode diverged from its log at command {i}")
+            return res
+        res = self.state.sandbox.exec(cmd, timeout=timeout)
+        self.state.execs.append((cmd, res))
+        return res
+
+    def __getattr__(self, name):
+        return getattr(self.state.sandbox, name)
+
+
+def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
+                  limits: Limits = Limits(), run_id: str = "adhoc", images: dict | None = None,
+                  verifier_mode: str = "script", **episode_kwargs) -> TrialFn:
+    """The real trial: agent episode in a task sandbox, verification, Sample.
+
+    engine: an Engine shared by all trials (it must accept concurrent generate calls), or a
+    callable request -> Engine. episode_kwargs go to run_agent_episode (max_turns, timeout_s,
+    max_tokens, ...). A stopped episode keeps its sandbox open in its EpisodeState; the
+    scheduler closes it if the trial is dropped."""
+    images = dict(images or {})
+    build_lock = threading.Lock()
+    timeout_s = episode_kwargs.pop("timeout_s", None)
+
+    def image_for(task) -> str:
+        with build_lock:
+            if task.task_id not in images:
+                images[task.task_id] = backend.build(task)
+            return images[task.task_id]
+
+    def run(request: TrialRequest, stop: threading.Event) -> TrialResult:
+        task = tasks[request.task_id]
+        inner = engine if hasattr(engine, "generate") else engine(request)
+        state = request.state
+        if state is None:
+            spec = SandboxSpec(image=image_for(task), limits=task_limits(task, limits),
+                               workdir="/app", user=task.agent.user, run_id=run_id)
+            state = EpisodeState(backend.create(spec), time_left_s=float(
+                timeout_s if timeout_s is not None else task.agent.timeout_sec))
+        t0 = time.monotonic()
+        try:
+            traj = run_agent_episode(task, _LoggedEngine(inner, state, stop), tokenizer,
+                                     _LoggedSandbox(state), sampling=sampling,
+                                     timeout_s=max(state.time_left_s, 0.0), **episode_kwargs)
+        except TrialStopped:
+            state.time_left_s -= time.monotonic() - t0
+            return TrialResult(request, STOPPED, state=state)
+        except BaseException:
+            state.close()
+            raise
+        try:
+            try:
+                report = verify(task, state.sandbox, backend, scale, mode=verifier_mode,
+                                run_id=run_id, limits=task_limits(task, limits))
+            except (SandboxError, OSError):
+                report = None  # make_sample scores a failed verification 0
+        finally:
+            state.close()
+        sample = make_sample(traj, report, task.task_id, request.attempt)
+        sample.metadata["carried_steps"] = request.carried_steps
+        return TrialResult(request, DONE, sample=sample)
+
+    return run
