@@ -1,0 +1,237 @@
+"""A Terminus-2 style episode run as a TEXT round trip, joined to the sampled ids by repair.
+
+Why: external harnesses (Terminus-2 among them) keep the conversation as text and re-render and
+re-encode it every turn, so the new prompt need not extend the ids the model sampled. This
+harness does the same on purpose and joins each re-encoded prompt with `tito.repair_boundary`:
+strict and retokenized keep every sampled id (loss mask 1), normalized replaces at most a
+couple of edge tokens, and split starts a new chunk. The per-case counts tell how far a text
+harness drifts from TITO; the audit proves no sampled id drifted inside a chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from t1jax.rollout.agent import (CommandRecord, RolloutError, Trajectory, TurnRecord, _Routes,
+                                 _stop_ids, truncate_middle)
+from t1jax.rollout.chat import IM_END, IM_START
+from t1jax.rollout.engine import Engine, SamplingParams
+from t1jax.rollout.terminus import (SYSTEM_PROMPT, TerminusSession, first_user_message,
+                                    parse_terminus_reply)
+from t1jax.rollout.tito import REPAIR_CASES, AuditReport, audit, encode_plain, repair_boundary
+
+
+@dataclasses.dataclass
+class TerminusTurnRecord(TurnRecord):
+    repair: str = ""  # how this turn's prompt joined the previous ids ("" for a chunk's first)
+    trained: int = 0  # sampled ids kept with loss mask 1 (a normalized join may trim the edge)
+
+
+@dataclasses.dataclass
+class TerminusTrajectory(Trajectory):
+    """A Trajectory of one or more chunks laid end to end; each chunk is its own sequence (a
+    split restarts the context), so train chunk by chunk. routes, offsets and the audit's
+    relocated completions are in the concatenated coordinates."""
+    chunk_starts: list[int] = dataclasses.field(default_factory=list)
+    repairs: dict = dataclasses.field(default_factory=dict)  # case -> joins, every REPAIR_CASE
+    parse_errors: int = 0
+
+    def chunks(self) -> list[tuple[int, int]]:
+        ends = self.chunk_starts[1:] + [len(self.tokens)]
+        return list(zip(self.chunk_starts, ends))
+
+
+def render_ids(tok: Tokenizer, system: str, messages: list[tuple[str, str]]) -> list[int]:
+    """The conversation in the Qwen template plus the assistant header, as one encode would
+    give it: text between special tokens is encoded as a run; user text is plain (a terminal
+    cannot inject `<|im_end|>`), assistant text may hold special tokens the model sampled."""
+    start, end = tok.token_to_id(IM_START), tok.token_to_id(IM_END)
+    ids: list[int] = []
+    for role, content in [("system", system)] + messages + [("assistant", None)]:
+        ids.append(start)
+        if content is None:
+            return ids + encode_plain(tok, "assistant\n")
+        if role == "assistant":
+            ids += tok.encode(f"assistant\n{content}", add_special_tokens=False).ids
+        else:
+            ids += encode_plain(tok, f"{role}\n{content}")
+        ids += [end] + encode_plain(tok, "\n")
+    return ids
+
+
+def _screen(cmd: str, result, max_bytes: int) -> tuple[str, bool]:
+    """What a terminal would show for one command: the typed line and its output."""
+    out, cut = truncate_middle(result.output, max_bytes)
+    text = f"$ {cmd}\n{out.rstrip(chr(10))}" if out else f"$ {cmd}"
+    if result.timed_out:
+        text += "\n[command timed out]"
+    return text, cut or result.truncated
+
+
+class _Chunk:
+    """One contiguous sequence: ids, mask, log-probs, routes and its engine calls."""
+
+    def __init__(self, prompt: list[int]):
+        self.tokens, self.mask, self.lps = list(prompt), [0] * len(prompt), [0.0] * len(prompt)
+        self.routes, self.prompts, self.completions = _Routes(), [], []
+
+    def extend_to(self, ids: list[int], keep: int) -> None:
+        """Become ids, whose first `keep` tokens are ours; the rest is new glue (mask 0)."""
+        tail = ids[keep:]
+        self.tokens = self.tokens[:keep] + tail
+        self.mask = self.mask[:keep] + [0] * len(tail)
+        self.lps = self.lps[:keep] + [0.0] * len(tail)
+        if self.routes.rows is not None and len(self.routes.rows) > keep:
+            self.routes.rows = self.routes.rows[:keep]  # rows of replaced tokens are stale
+        if self.completions:  # a normalized join may trim the last completion's edge
+            off = len(self.prompts[-1])
+            self.completions[-1] = self.completions[-1][:max(keep - off, 0)]
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
+                         sampling: SamplingParams, max_turns: int = 300,
+                         max_tokens: int | None = None, timeout_s: float | None = None,
+                         command_timeout_s: float = 180.0, max_observation_bytes: int = 10_000,
+                         system_prompt: str = SYSTEM_PROMPT) -> TerminusTrajectory:
+    """Run one Terminus-2 episode of `task` in `sandbox` (started and verified by the caller).
+
+    max_tokens bounds each engine prompt plus its completion (default: the engine's max_len);
+    timeout_s is the episode's wall clock (default: the task's [agent] timeout_sec). The episode
+    ends "done" on a confirmed task_complete. Raises RolloutError when the record is unusable.
+    """
+    max_tokens = int(max_tokens or getattr(engine, "max_len", 32768))
+    timeout_s = float(timeout_s if timeout_s is not None
+                      else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
+    deadline = time.monotonic() + timeout_s
+    stops = _stop_ids(tokenizer, sampling)
+    im_end = tokenizer.token_to_id(IM_END)
+    session = TerminusSession()
+    messages = [("user", first_user_message(task.instruction))]
+    prefix = render_ids(tokenizer, system_prompt, messages)
+    if len(prefix) >= max_tokens:
+        raise RolloutError(f"the prompt ({len(prefix)} tokens) does not fit max_tokens "
+                           f"{max_tokens}")
+    chunks = [_Chunk(prefix)]
+    counts: Counter = Counter()
+    records, versions = [], []
+    finish, n_calls, n_parse, repair = "turns", 0, 0, ""
+    for _ in range(max_turns):
+        chunk = chunks[-1]
+        if records:  # re-render the whole conversation and join it to the ids we hold
+            new = render_ids(tokenizer, system_prompt, messages)
+            comp = chunk.completions[-1]
+            repair, ids = repair_boundary(chunk.tokens, new, comp, tokenizer)
+            if repair == "split":
+                nxt = _Chunk(new)
+            else:
+                keep = len(chunk.tokens) if repair in ("strict", "retokenized") \
+                    else _lcp(chunk.tokens, ids)
+                nxt = None
+            if len(ids) >= max_tokens:
+                finish = "tokens"
+                break
+            if time.monotonic() >= deadline:
+                finish = "timeout"
+                break
+            counts[repair] += 1
+            if nxt is not None:
+                chunks.append(nxt)
+                chunk = nxt
+            else:
+                chunk.extend_to(ids, keep)
+        prompt = list(chunk.tokens)
+        params = dataclasses.replace(sampling, stop_token_ids=stops,
+                                     max_new_tokens=min(sampling.max_new_tokens,
+                                                        max_tokens - len(prompt)))
+        res = engine.generate([prompt], params)[0]
+        chunk.routes.add(len(prompt), res)
+        chunk.prompts.append(prompt)
+        versions.append(res.weight_version)
+        sampled = [int(t) for t in res.output_ids]
+        if len(sampled) != len(res.output_logprobs):
+            raise RolloutError(f"{len(sampled)} sampled ids but {len(res.output_logprobs)} "
+                               "logprobs")
+        chunk.completions.append(sampled)
+        chunk.tokens += sampled
+        chunk.mask += [1] * len(sampled)
+        chunk.lps += [float(x) for x in res.output_logprobs]
+        body = sampled[:-1] if sampled and sampled[-1] in stops else sampled
+        if len(body) == len(sampled):  # cut on max tokens: the template closes the turn
+            chunk.tokens.append(im_end)
+            chunk.mask.append(0)
+            chunk.lps.append(0.0)
+        text = tokenizer.decode(body, skip_special_tokens=False)
+        record = TerminusTurnRecord(len(sampled), res.finish_reason, [], [], repair)
+        records.append(record)
+        reply, err = parse_terminus_reply(text)
+        if err is not None:
+            n_parse += 1
+            record.errors.append(err)
+            messages += [("assistant", text), ("user", session.parse_error(err))]
+            continue
+        action = session.step(reply)
+        outputs = []
+        for cmd in action.commands:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            t0 = time.monotonic()
+            result = sandbox.exec(cmd, timeout=min(command_timeout_s, left))
+            screen, cut = _screen(cmd, result, max_observation_bytes)
+            outputs.append(screen)
+            record.commands.append(CommandRecord(cmd, result.exit_code, result.timed_out, cut,
+                                                 time.monotonic() - t0))
+            n_calls += 1
+        if action.kind == "done":
+            finish = "done"
+            break
+        if time.monotonic() >= deadline:
+            finish = "timeout"
+            break
+        messages += [("assistant", text),
+                     ("user", session.observe(outputs, reply.warnings + action.notes))]
+    return _assemble(chunks, len(prefix), records, versions, counts, finish, n_calls, n_parse)
+
+
+def _assemble(chunks, prompt_len, records, versions, counts, finish, n_calls,
+              n_parse) -> TerminusTrajectory:
+    """Concatenate the chunks and audit each: sampled ids must sit unchanged where sampled."""
+    tokens, mask, lps, routes, starts = [], [], [], [], []
+    report, drift, turn = AuditReport(), 0, 0
+    for chunk in chunks:
+        base = len(tokens)
+        starts.append(base)
+        rep = audit(SimpleNamespace(tokens=chunk.tokens), chunk.prompts, chunk.completions)
+        report.drift_tokens_in_loss_region += rep.drift_tokens_in_loss_region
+        report.relocated += [r + base if r >= 0 else r for r in rep.relocated]
+        report.errors += rep.errors
+        for comp in chunk.completions:
+            records[turn].trained = len(comp)
+            turn += 1
+        rows = chunk.routes.final(len(chunk.tokens))
+        if rows.shape[0] != len(chunk.tokens):
+            raise RolloutError(f"routes cover {rows.shape[0]} of {len(chunk.tokens)} tokens")
+        tokens += chunk.tokens
+        mask += chunk.mask
+        lps += chunk.lps
+        routes.append(rows)
+        drift += chunk.routes.drift
+    if not report.ok:
+        raise RolloutError(f"TITO audit failed: {report.errors[:3]}")
+    return TerminusTrajectory(
+        tokens=tokens, loss_mask=mask, logprobs=lps, routes=np.concatenate(routes, axis=0),
+        prompt_len=prompt_len, turns=len(records), tool_calls=n_calls,
+        finish=finish, records=records, audit=report, weight_versions=versions,
+        route_drift=drift, chunk_starts=starts,
+        repairs={c: counts.get(c, 0) for c in REPAIR_CASES}, parse_errors=n_parse)
