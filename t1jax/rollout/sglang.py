@@ -1,0 +1,239 @@
+"""A client for a fleet of SGLang-API generation servers (SGLang itself, or our
+`t1jax.rollout.server`), returning the `Engine` contract's `GenerateResult`.
+
+Why: RL rollouts run for hours against several servers; one dying must cost a retry, not a
+corrupted batch. So a request is only ever accepted whole (a complete, validated response) and a
+failed one is re-issued whole to another server: a sample is never partial or duplicated.
+
+Routing: rendezvous hashing of the routing key (e.g. an episode id) over the live servers, so a
+multi-turn episode keeps hitting one server (its prefix cache) and only the keys of a dead server
+move. The key is also sent as `X-SMG-Routing-Key` for an SGLang model gateway in front.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import socket
+import threading
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from t1jax.rollout.engine import GenerateResult, SamplingParams
+
+_FAILOVER = (ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException, OSError,
+             json.JSONDecodeError)
+
+
+class RolloutError(RuntimeError):
+    """A generation or weight publish that cannot succeed (bad request, bad response, no
+    server left)."""
+
+
+class _ServerError(Exception):
+    """A 5xx or unreadable response: the server, not the request, is at fault (fail over)."""
+
+
+def _sampling_dict(p: SamplingParams) -> dict:
+    d = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
+         "max_new_tokens": p.max_new_tokens, "stop_token_ids": list(p.stop_token_ids)}
+    if p.seed is not None:
+        d["sampling_seed"] = p.seed
+    return d
+
+
+class FleetClient:
+    """Sticky, failing-over generation over `urls` (e.g. ["http://127.0.0.1:30000", ...]).
+
+    timeout_s: per HTTP call; retries: extra attempts (on other live servers, then on any) after
+    a connection error, timeout, 5xx or incomplete response. A 4xx is the request's fault and
+    raises `RolloutError` at once. routes_shape: (layers, k) of routed_experts; None reads it
+    from the first server's /get_model_info (our server reports it; pass it for SGLang).
+    """
+
+    def __init__(self, urls: list[str], *, timeout_s: float = 300.0, retries: int = 2,
+                 routes_shape: tuple[int, int] | None = None):
+        if not urls:
+            raise ValueError("FleetClient needs at least one server url")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.timeout_s, self.retries = timeout_s, retries
+        self.routes_shape = routes_shape
+        self.live = set(self.urls)
+        self.served = {u: 0 for u in self.urls}  # completed generate calls per server
+        self.published: tuple[Path, str] | None = None  # (checkpoint, version) last published
+        self.failures: list[tuple[str, str]] = []  # (server, error type) of failed attempts
+        self._lock = threading.Lock()
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def _call(self, url: str, method: str, path: str, body=None, headers=None,
+              timeout: float | None = None):
+        """(status, parsed JSON); raises a _FAILOVER error or _ServerError on server faults."""
+        u = urllib.parse.urlsplit(url)
+        conn = http.client.HTTPConnection(u.hostname, u.port or 80,
+                                          timeout=timeout or self.timeout_s)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            conn.request(method, path, body=data, headers={
+                "Content-Type": "application/json", **(headers or {})})
+            resp = conn.getresponse()
+            raw = resp.read()  # raises IncompleteRead on a cut-off body
+            if resp.status >= 500:
+                raise _ServerError(f"{url}{path}: HTTP {resp.status}: {raw[:200]!r}")
+            return resp.status, json.loads(raw) if raw else None
+        finally:
+            conn.close()
+
+    def _mark_dead(self, url: str, err: BaseException | None = None) -> None:
+        with self._lock:
+            if err is not None:
+                self.failures.append((url, type(err).__name__))
+            self.live.discard(url)
+
+    def health_check(self) -> list[str]:
+        """Probe every server's /health; returns (and remembers) the live ones. A server coming
+        back (restarted) is first brought to the last published weights, else left out."""
+        def probe(url):
+            try:
+                ok = self._call(url, "GET", "/health", timeout=min(self.timeout_s, 5.0))[0] == 200
+            except (_ServerError, *_FAILOVER):
+                return False
+            if ok and url not in self.live and self.published is not None:
+                return self._push(url, *self.published) is None
+            return ok
+        with ThreadPoolExecutor(len(self.urls)) as ex:
+            ok = list(ex.map(probe, self.urls))
+        with self._lock:
+            self.live = {u for u, good in zip(self.urls, ok) if good}
+        return [u for u in self.urls if u in self.live]
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def ranking(self, routing_key: str | None) -> list[str]:
+        """Servers in preference order for a key: rendezvous hashing (a dead server's keys move,
+        the others' stay). No key: a random order."""
+        if routing_key is None:
+            return list(np.random.default_rng().permutation(self.urls))
+        score = lambda u: hashlib.sha256(f"{routing_key}|{u}".encode()).digest()  # noqa: E731
+        return sorted(self.urls, key=score)
+
+    def server_for(self, routing_key: str | None) -> str:
+        """The live server a request with this key goes to first."""
+        live = [u for u in self.ranking(routing_key) if u in self.live]
+        return live[0] if live else self.ranking(routing_key)[0]
+
+    # -- generate ----------------------------------------------------------------------------
+
+    def _routes_shape(self) -> tuple[int, int]:
+        if self.routes_shape is None:
+            info = self.model_info(self.server_for(None))
+            self.routes_shape = (int(info["num_hidden_layers"]), int(info["num_experts_per_tok"]))
+        return self.routes_shape
+
+    def generate(self, prompt_ids: list[int], sampling: SamplingParams,
+                 routing_key: str | None = None) -> GenerateResult:
+        """One complete sample, from the key's server or (after a failure) another one."""
+        body = {"input_ids": [int(t) for t in prompt_ids], "sampling_params":
+                _sampling_dict(sampling), "return_logprob": True, "return_routed_experts": True}
+        headers = {} if routing_key is None else {"X-SMG-Routing-Key": str(routing_key)}
+        errors = []
+        for _ in range(self.retries + 1):
+            ranked = self.ranking(routing_key)
+            live = [u for u in ranked if u in self.live]
+            if not live:  # everything looked dead: look again before giving up
+                live = [u for u in ranked if u in self.health_check()] or ranked
+            url = live[0]  # a failed server was marked dead: the next one in rank
+            try:
+                status, resp = self._call(url, "POST", "/generate", body, headers)
+            except (_ServerError, *_FAILOVER) as err:
+                errors.append((url, err))
+                self._mark_dead(url, err)
+                continue
+            if status != 200:
+                raise RolloutError(f"{url}/generate rejected the request: HTTP {status}: {resp}")
+            result = self._parse(url, prompt_ids, sampling, resp)
+            with self._lock:
+                self.served[url] += 1
+            return result
+        raise RolloutError(f"generate failed after {len(errors)} attempts: "
+                           + "; ".join(f"{u}: {type(e).__name__}: {e}" for u, e in errors))
+
+    def generate_many(self, prompts: list[list[int]],
+                      sampling: SamplingParams | list[SamplingParams],
+                      routing_keys: list[str | None] | None = None,
+                      max_workers: int = 16) -> list[GenerateResult]:
+        """`generate` for every prompt on concurrent threads (the servers batch them)."""
+        sampling = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else sampling
+        keys = routing_keys or [None] * len(prompts)
+        with ThreadPoolExecutor(max(1, min(max_workers, len(prompts)))) as ex:
+            return list(ex.map(self.generate, prompts, sampling, keys))
+
+    def _parse(self, url, prompt_ids, sampling, resp) -> GenerateResult:
+        """A validated GenerateResult; anything inconsistent raises RolloutError."""
+        try:
+            ids, meta = [int(t) for t in resp["output_ids"]], resp["meta_info"]
+            logprobs = [float(x[0]) for x in meta["output_token_logprobs"]]
+            lp_ids = [int(x[1]) for x in meta["output_token_logprobs"]]
+            finish = meta["finish_reason"]["type"]
+            raw = base64.b64decode(meta["routed_experts"])
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise RolloutError(f"{url}: malformed /generate response ({err!r})") from None
+        if lp_ids != ids or meta.get("completion_tokens", len(ids)) != len(ids) or not ids:
+            raise RolloutError(f"{url}: output_ids, logprobs and completion_tokens disagree")
+        if len(ids) > sampling.max_new_tokens:
+            raise RolloutError(f"{url}: {len(ids)} tokens > max_new_tokens")
+        layers, k = self._routes_shape()
+        rows = len(prompt_ids) + len(ids) - 1
+        routes = np.frombuffer(raw, dtype="<i4")
+        if routes.size != rows * layers * k:
+            raise RolloutError(f"{url}: routed_experts has {routes.size} entries, expected "
+                               f"[{rows}, {layers}, {k}] = {rows * layers * k}")
+        return GenerateResult(ids, logprobs, routes.reshape(rows, layers, k).astype(np.int32),
+                              finish, str(meta.get("weight_version", "")))
+
+    # -- weights -----------------------------------------------------------------------------
+
+    def model_info(self, url: str) -> dict:
+        status, info = self._call(url, "GET", "/get_model_info")
+        if status != 200:
+            raise RolloutError(f"{url}/get_model_info: HTTP {status}: {info}")
+        return info
+
+    def publish_weights(self, model, shared_dir, version: str) -> Path:
+        """export_hf(model) to <shared_dir>/weights_<version>, load it on every live server,
+        and confirm each reports `version`; raises RolloutError naming the servers that did
+        not (dead ones are skipped: `health_check` first). Returns the checkpoint dir."""
+        from t1jax.model.hf_io import export_hf
+        version = str(version)
+        path = export_hf(model, Path(shared_dir) / f"weights_{version}").resolve()
+        live = self.health_check()
+        if not live:
+            raise RolloutError("publish_weights: no live server")
+
+        with ThreadPoolExecutor(len(live)) as ex:
+            failed = [e for e in ex.map(lambda u: self._push(u, path, version), live) if e]
+        self.published = (path, version)  # also what a server coming back is given
+        if failed:
+            raise RolloutError(f"publish_weights({version}) not confirmed by: " + "; ".join(failed))
+        return path
+
+    def _push(self, url: str, path: Path, version: str) -> str | None:
+        """Load the checkpoint on one server and confirm its version; None, or what failed."""
+        error = None
+        try:
+            status, resp = self._call(url, "POST", "/update_weights_from_disk",
+                                      {"model_path": str(path), "weight_version": version})
+            if status != 200 or not (resp or {}).get("success"):
+                error = f"{url}: update failed: {resp}"
+            elif (got := self.model_info(url).get("weight_version")) != version:
+                error = f"{url}: reports weight_version {got!r}"
+        except (_ServerError, RolloutError, *_FAILOVER) as err:
+            error = f"{url}: {type(err).__name__}: {err}"
+        if error:  # stale weights must not serve samples: out until a health_check syncs it
+            self._mark_dead(url)
+        return error
