@@ -12,15 +12,25 @@ and the decode step once (per model structure and engine size: engines share the
 Sampling (float32, per-row temperature / top-k / top-p / seed) runs inside the same jitted
 calls; the host sees only the sampled ids, their log-probs and routes, once per step.
 
+Sessions (prefix reuse across the turns of one episode): the cache persists across `generate`
+calls. A request given a session id leaves its row behind when it finishes, with the tokens whose
+keys it holds and their routes. A later request of that session, if the row is still resident,
+keeps the longest common prefix of its prompt and those tokens and prefills only the rest, at
+positions continuing from there; the kept routes are prepended, so results are the same as with
+a full prefill. Rows are evicted least recently used when a slot is needed (unretained slots
+go first), and all at `load_weights` (their keys came from the old weights).
+
 Not done: admitting a prompt pauses the decoding rows for one [max_batch, bucket] prefill (no
 chunked prefill, no mixing of prefill and decode in one call); stop ids are checked on the host
-after every step; no prefix caching; no sharding of the cache or batch over a mesh.
+after every step; prefixes are reused only within a session's own row (no sharing between rows,
+no radix tree); no sharding of the cache or batch over a mesh.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -70,10 +80,11 @@ def _snapshot(model: nnx.Module):
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
-def _prefill(graphdef, state, cache, tokens, segment_ids, admit, last, sampling):
-    """Reset the admitted rows' cache lengths, prefill them, sample at their last token."""
-    cache = KVCache(cache.layers, jnp.where(admit, 0, cache.lengths))
-    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+def _prefill(graphdef, state, cache, tokens, segment_ids, admit, starts, last, sampling):
+    """Cut the admitted rows' caches to `starts` (the reused prefix; 0 for a full prefill),
+    prefill their tokens at positions starts.., sample at their last token."""
+    cache = KVCache(cache.layers, jnp.where(admit, starts, cache.lengths))
+    positions = starts[:, None] + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
     out = nnx.merge(graphdef, state)(tokens, positions, segment_ids, cache=cache)
     logits = jnp.take_along_axis(out.logits, last[:, None, None], axis=1)[:, 0]
     ids, logp = sample(logits, *sampling)
@@ -92,8 +103,11 @@ def _decode(graphdef, state, cache, tokens, positions, active, sampling):
 class _Request:
     """Host-side state of one request while it occupies a slot."""
 
-    def __init__(self, index: int, prompt: list[int], params: SamplingParams, seed: int):
+    def __init__(self, index: int, prompt: list[int], params: SamplingParams, seed: int,
+                 session: str | None = None):
         self.index, self.prompt, self.params, self.seed = index, prompt, params, seed
+        self.session = session
+        self.start = 0  # prompt tokens whose keys a retained row already holds
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.routes: list[np.ndarray] = []  # [n, layers, k] chunks, one per model call
@@ -103,6 +117,14 @@ class _Request:
     def length(self) -> int:
         """Tokens in the context: the prompt and every sampled id (the last one not yet fed)."""
         return len(self.prompt) + len(self.ids)
+
+
+class _Retained:
+    """What a finished session left in its row: the tokens whose keys the row holds (prompt and
+    output but the last output id, never fed) and their routes [len(tokens), layers, k]."""
+
+    def __init__(self, session: str, tokens: np.ndarray, routes: np.ndarray, used: int):
+        self.session, self.tokens, self.routes, self.used = session, tokens, routes, used
 
 
 class JaxEngine:
@@ -115,6 +137,10 @@ class JaxEngine:
     else with "length" after max_new_tokens or when prompt + output reaches max_len. A prompt
     must be shorter than max_len and fit the largest prefill bucket (buckets over max_len are
     clamped to it).
+
+    `stats` counts session_hits / session_misses (requests with a session id that did / did not
+    reuse a retained row), reused_tokens (prompt tokens not prefilled thanks to one) and
+    prefilled_tokens (prompt tokens run through a prefill, all requests).
     """
 
     def __init__(self, model: CausalLM, *, max_batch: int = 8, max_len: int = 1024,
@@ -128,6 +154,23 @@ class JaxEngine:
         self._state = _snapshot(model)
         self._seed_rng = np.random.default_rng()
         self._prefill, self._decode = _prefill, _decode  # shared: same structure, same compiles
+        self._lock = threading.Lock()  # the cache and retained rows are shared by calls
+        self._cache: KVCache | None = None  # persists across calls (retained rows)
+        self._clear_sessions()
+        self.stats = {"session_hits": 0, "session_misses": 0, "reused_tokens": 0,
+                      "prefilled_tokens": 0}
+
+    def drop_sessions(self) -> None:
+        """Forget every retained row and free the cache (e.g. before a train step needs the
+        memory); later requests of those sessions prefill in full."""
+        with self._lock:
+            self._cache = None
+            self._clear_sessions()
+
+    def _clear_sessions(self) -> None:
+        self._retained: list[_Retained | None] = [None] * self.max_batch
+        self._session_slot: dict[str, int] = {}
+        self._clock = 0
 
     # -- host loop -------------------------------------------------------------------------------
 
@@ -165,55 +208,127 @@ class JaxEngine:
         return GenerateResult(r.ids, r.logprobs, routes, r.finish, self.weight_version)
 
     def generate(self, prompts: list[list[int]],
-                 sampling: SamplingParams | list[SamplingParams]) -> list[GenerateResult]:
-        """Generate for every prompt (any number: they queue for slots); results in order."""
+                 sampling: SamplingParams | list[SamplingParams], *,
+                 session_ids: list[str | None] | None = None) -> list[GenerateResult]:
+        """Generate for every prompt (any number: they queue for slots); results in order.
+
+        session_ids (optional, one per prompt, None for none): reuse and leave behind the
+        session's cache row, see the module docstring. Results do not depend on it."""
         if isinstance(sampling, SamplingParams):
             sampling = [sampling] * len(prompts)
         if len(sampling) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling)} SamplingParams")
+        if session_ids is None:
+            session_ids = [None] * len(prompts)
+        if len(session_ids) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(session_ids)} session_ids")
         waiting = collections.deque()
-        for i, (prompt, params) in enumerate(zip(prompts, sampling)):
+        for i, (prompt, params, session) in enumerate(zip(prompts, sampling, session_ids)):
             prompt = [int(t) for t in prompt]
             if not 0 < len(prompt) < self.max_len:
                 raise ValueError(f"prompt {i} has {len(prompt)} tokens; need 1..{self.max_len - 1}")
             self._bucket(len(prompt))
             seed = (self._seed_rng.integers(2**32) if params.seed is None
                     else params.seed % 2**32)
-            waiting.append(_Request(i, prompt, params, int(seed)))
-        results: list[GenerateResult | None] = [None] * len(prompts)
+            waiting.append(_Request(i, prompt, params, int(seed),
+                                    None if session is None else str(session)))
+        with self._lock:
+            try:
+                return self._run(waiting, len(prompts))
+            except BaseException:
+                self._cache = None  # may have been donated mid-step: start clean next time
+                self._clear_sessions()
+                raise
+
+    def _run(self, waiting: collections.deque, n: int) -> list[GenerateResult]:
+        results: list[GenerateResult | None] = [None] * n
         slots: list[_Request | None] = [None] * self.max_batch
-        cache = KVCache.create(self.cfg, self.max_batch, self.max_len)
+        if self._cache is None:
+            self._cache = KVCache.create(self.cfg, self.max_batch, self.max_len)
+        pending = collections.Counter(r.session for r in waiting if r.session is not None)
         while waiting or any(slots):
             free = [i for i, r in enumerate(slots) if r is None]
             if waiting and free:
                 admitted = []
-                for i in free[:len(waiting)]:
-                    slots[i] = waiting.popleft()
+                for _ in range(min(len(free), len(waiting))):
+                    r = waiting.popleft()
+                    if r.session is not None:
+                        pending[r.session] -= 1
+                    i = self._take_slot(r, free, pending)
+                    free.remove(i)
+                    slots[i] = r
                     admitted.append(i)
-                cache = self._prefill_step(cache, slots, admitted)
+                self._cache = self._prefill_step(self._cache, slots, admitted)
             else:
-                cache = self._decode_step(cache, slots)
+                self._cache = self._decode_step(self._cache, slots)
             for i, r in enumerate(slots):
                 if r is not None and r.finish is not None:
                     results[r.index] = self._result(r)
+                    if r.session is not None:
+                        self._retain(i, r, results[r.index].routed_experts.copy())
                     slots[i] = None
+        if not self._session_slot:
+            self._cache = None  # nothing retained: free the cache between calls, as before
         return results
 
+    def _take_slot(self, r: _Request, free: list[int], pending: collections.Counter) -> int:
+        """The slot for `r`: its session's retained row if resident (setting r.start to the
+        reusable prefix), else a free slot: unretained first, then rows no waiting request's
+        session wants, least recently used first. The slot's retained row is dropped."""
+        slot = self._session_slot.get(r.session) if r.session is not None else None
+        if slot is not None and slot in free:
+            kept = self._retained[slot]
+            m = min(len(kept.tokens), len(r.prompt) - 1)  # >= 1 token left to prefill
+            same = kept.tokens[:m] == np.asarray(r.prompt[:m], np.int32)
+            r.start = int(m if same.all() else np.argmin(same))
+        if r.session is not None:
+            hit = r.start > 0
+            self.stats["session_hits" if hit else "session_misses"] += 1
+            self.stats["reused_tokens"] += r.start
+        if r.start == 0:
+            def rank(i):
+                kept = self._retained[i]
+                if kept is None:
+                    return (0, 0)
+                return (1 + (pending[kept.session] > 0), kept.used)
+            slot = min(free, key=rank)
+        kept = self._retained[slot]
+        if kept is not None:
+            if r.start > 0:
+                r.routes.append(kept.routes[:r.start])
+            self._retained[slot] = None
+            del self._session_slot[kept.session]
+        return slot
+
+    def _retain(self, slot: int, r: _Request, routes: np.ndarray) -> None:
+        """Leave r's row behind for its session (replacing what the session kept elsewhere)."""
+        old = self._session_slot.pop(r.session, None)
+        if old is not None:
+            self._retained[old] = None
+        tokens = np.asarray((r.prompt + r.ids)[:r.length - 1], np.int32)
+        self._clock += 1
+        self._retained[slot] = _Retained(r.session, tokens, routes, self._clock)
+        self._session_slot[r.session] = slot
+
     def _prefill_step(self, cache, slots, admitted):
-        width = self._bucket(max(len(slots[i].prompt) for i in admitted))
+        """Prefill each admitted row's prompt from its start (0, or the reused prefix)."""
+        width = self._bucket(max(len(slots[i].prompt) - slots[i].start for i in admitted))
         b = self.max_batch
         tokens, seg = np.zeros((b, width), np.int32), np.zeros((b, width), np.int32)
-        admit, last = np.zeros(b, bool), np.zeros(b, np.int32)
+        admit, starts, last = np.zeros(b, bool), np.zeros(b, np.int32), np.zeros(b, np.int32)
         for i in admitted:
-            n = len(slots[i].prompt)
-            tokens[i, :n], seg[i, :n], admit[i], last[i] = slots[i].prompt, 1, True, n - 1
+            r = slots[i]
+            n = len(r.prompt) - r.start
+            tokens[i, :n], seg[i, :n], admit[i] = r.prompt[r.start:], 1, True
+            starts[i], last[i] = r.start, n - 1
+            self.stats["prefilled_tokens"] += n
         sampling = self._sampling_arrays(slots)
         ids, logp, routes, cache = self._prefill(
             self._graphdef, self._state, cache, jnp.asarray(tokens), jnp.asarray(seg),
-            jnp.asarray(admit), jnp.asarray(last), sampling)
+            jnp.asarray(admit), jnp.asarray(starts), jnp.asarray(last), sampling)
         ids, logp, routes = np.asarray(ids), np.asarray(logp), np.asarray(routes)
         for i in admitted:
-            n = len(slots[i].prompt)
+            n = len(slots[i].prompt) - slots[i].start
             self._accept(slots[i], int(ids[i]), float(logp[i]), routes[i, :n])
         return cache
 
@@ -238,6 +353,9 @@ class JaxEngine:
     def load_weights(self, params_state, version: str) -> None:
         """Write `params_state` (an nnx.State such as nnx.state(policy, nnx.Param)) into the
         engine's model and generate with it from now on, tagged `version`."""
-        nnx.update(self.model, params_state)
-        self._state = _snapshot(self.model)  # same graphdef and shapes: nothing recompiles
-        self.weight_version = str(version)
+        with self._lock:
+            nnx.update(self.model, params_state)
+            self._state = _snapshot(self.model)  # same graphdef and shapes: nothing recompiles
+            self.weight_version = str(version)
+            self._cache = None
+            self._clear_sessions()  # retained keys came from the old weights

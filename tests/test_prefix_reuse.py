@@ -1,0 +1,127 @@
+"""JaxEngine session prefix reuse: a multi-turn episode generated with session ids (only each
+turn's new suffix prefilled) gives the same ids, log-probs and routes as full prefills, and
+prompts that do not extend the retained tokens, evicted rows and new weights fall back safely.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs.model.tiny import get_config
+from t1jax.model.config import model_config_from
+from t1jax.model.transformer import CausalLM
+from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.jax_engine import JaxEngine
+
+MAX_LEN = 64
+BUCKETS = (8, 16, 32)
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
+SAMPLED = SamplingParams(temperature=1.0, max_new_tokens=6, seed=11)
+OBSERVATIONS = [[200, 201, 202, 203], [7, 8, 9]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return CausalLM(model_config_from(get_config().model), nnx.Rngs(0))
+
+
+def make_engine(model):
+    return JaxEngine(model, max_batch=2, max_len=MAX_LEN, prefill_buckets=BUCKETS)
+
+
+def assert_same(got, want):
+    assert got.output_ids == want.output_ids
+    np.testing.assert_allclose(got.output_logprobs, want.output_logprobs, rtol=0, atol=1e-4)
+    assert got.routed_experts.shape == want.routed_experts.shape
+    np.testing.assert_array_equal(got.routed_experts, want.routed_experts)
+    assert got.finish_reason == want.finish_reason
+
+
+def test_three_turn_episode_matches_full_prefill(model):
+    """Two episodes side by side (greedy and sampled), three turns each: every turn after the
+    first reuses its session's row (all but the never-fed last output id) and changes nothing."""
+    reused, plain = make_engine(model), make_engine(model)
+    prompts, params, sessions = [[5, 17, 300, 42, 7], [9, 1, 2]], [GREEDY, SAMPLED], ["a", "b"]
+    expected_reuse = 0
+    for turn in range(3):
+        want = plain.generate(prompts, params)
+        got = reused.generate(prompts, params, session_ids=sessions)
+        for g, w, p in zip(got, want, prompts):
+            assert_same(g, w)
+            assert g.routed_experts.shape[0] == len(p) + len(g.output_ids) - 1
+        assert reused.stats["reused_tokens"] == expected_reuse
+        assert reused.stats["session_hits"] == 2 * turn
+        expected_reuse += sum(len(p) + len(w.output_ids) - 1 for p, w in zip(prompts, want))
+        obs = OBSERVATIONS[turn % 2]
+        prompts = [p + w.output_ids + obs for p, w in zip(prompts, want)]
+    assert reused.stats["prefilled_tokens"] < plain.stats["prefilled_tokens"]
+    assert plain.stats["session_hits"] == plain.stats["reused_tokens"] == 0
+
+
+def test_prompts_that_do_not_extend_the_retained_tokens(model):
+    """A prompt diverging at once is a full prefill; one diverging midway reuses the common
+    prefix; one that is a prefix of the retained tokens re-prefills only its last token."""
+    reused, plain = make_engine(model), make_engine(model)
+    first = [5, 17, 300, 42, 7, 8]
+    out = reused.generate([first], GREEDY, session_ids=["s"])[0]
+    kept = first + out.output_ids[:-1]  # the tokens the row holds
+    cases = [([99] + kept[1:] + [3], 0), (kept[:4] + [1, 2, 3], 4), (kept[:7], 6)]
+    for prompt, reuse in cases:
+        before = dict(reused.stats)
+        got = reused.generate([prompt], GREEDY, session_ids=["s"])[0]
+        assert_same(got, plain.generate([prompt], GREEDY)[0])
+        assert reused.stats["reused_tokens"] - before["reused_tokens"] == reuse
+        assert reused.stats["session_hits"] - before["session_hits"] == (reuse > 0)
+        # restore the row to `kept` for the next case
+        reused.generate([first], GREEDY, session_ids=["s"])
+
+
+def test_eviction_and_new_weights_fall_back(model):
+    """With two rows, a third session evicts the least recently used one, which then misses;
+    load_weights drops every retained row."""
+    reused, plain = make_engine(model), make_engine(model)
+    pa, pb, pc = [1, 2, 3, 4], [10, 11, 12], [20, 21, 22, 23, 24]
+    ra = reused.generate([pa], GREEDY, session_ids=["a"])[0]
+    rb = reused.generate([pb], GREEDY, session_ids=["b"])[0]
+    reused.generate([pc], GREEDY, session_ids=["c"])  # evicts a (older than b)
+    na, nb = pa + ra.output_ids + [5], pb + rb.output_ids + [6]
+    hits = reused.stats["session_hits"]
+    got_b = reused.generate([nb], GREEDY, session_ids=["b"])[0]
+    assert reused.stats["session_hits"] == hits + 1
+    got_a = reused.generate([na], GREEDY, session_ids=["a"])[0]
+    assert reused.stats["session_hits"] == hits + 1 and reused.stats["session_misses"] == 4
+    assert_same(got_a, plain.generate([na], GREEDY)[0])
+    assert_same(got_b, plain.generate([nb], GREEDY)[0])
+
+    reused.load_weights(jax.tree.map(jnp.copy, nnx.state(model, nnx.Param)), "1")
+    nna = na + got_a.output_ids
+    got = reused.generate([nna], GREEDY, session_ids=["a"])[0]
+    assert reused.stats["session_hits"] == hits + 1  # the row was dropped
+    assert_same(got, plain.generate([nna], GREEDY)[0])
+
+    assert reused._cache is not None  # "a" is retained
+    reused.drop_sessions()
+    assert reused._cache is None
+    reused.generate([nna + [1]], GREEDY, session_ids=["a"])
+    assert reused.stats["session_hits"] == hits + 1
+    plain.generate([[1, 2]], GREEDY)
+    assert plain._cache is None  # nothing retained: the cache is freed between calls
+
+
+def test_sessions_mixed_with_plain_requests_in_one_call(model):
+    """More requests than rows, some with sessions, in one call: queueing, eviction within the
+    call and reuse by a later request of the same session all leave the results unchanged."""
+    reused, plain = make_engine(model), make_engine(model)
+    p0 = [3, 4, 5, 6, 7, 8, 9]
+    r0 = reused.generate([p0], GREEDY, session_ids=["x"])[0]
+    p1 = p0 + r0.output_ids + [1, 2]
+    prompts = [[250, 251], p1, [9, 1, 2], [100] * 11]
+    params = [GREEDY, SAMPLED, SAMPLED, GREEDY]
+    got = reused.generate(prompts, params, session_ids=[None, "x", "y", None])
+    for g, w in zip(got, plain.generate(prompts, params)):
+        assert_same(g, w)
+    assert reused.stats["session_hits"] == 1
+    with pytest.raises(ValueError, match="session_ids"):
+        reused.generate([[1]], GREEDY, session_ids=["a", "b"])
