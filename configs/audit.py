@@ -9,6 +9,8 @@ audit.md and scores.json (read by the TFDS pool builder) to the workdir.
 
 import ml_collections
 
+from configs.common import sandbox_config
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
@@ -17,15 +19,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
     config.fail_on_reject = False  # True: exit 1 when any task is rejected (a CI gate)
 
-    config.sandbox = ml_collections.ConfigDict()
-    config.sandbox.backend = "docker"  # docker | bwrap (no daemon needed)
+    config.sandbox = sandbox_config()
     config.sandbox.concurrency = 4  # probe episodes running at once (4 per task)
-    config.sandbox.allow_network = False  # a task's allow_internet only counts when this is True
-    config.sandbox.runtime = ""  # Docker runtime, e.g. runsc (gVisor); "" = the daemon's default
-    config.sandbox.build_network = "none"  # network for `docker build` (host to apt-get in builds)
-    config.sandbox.pids = 512
-    config.sandbox.max_output_bytes = 10_000
-    config.sandbox.command_timeout_s = 180.0
 
     config.verifier = ml_collections.ConfigDict()
     config.verifier.mode = "script"  # script: tests/test.sh | offline: image pytest on test_*.py

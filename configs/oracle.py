@@ -8,6 +8,8 @@ agent, in parallel sandboxes; writes results.jsonl and results.md to the workdir
 
 import ml_collections
 
+from configs.common import sandbox_config
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
@@ -16,15 +18,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
     config.skip_invalid_tasks = False  # True: report malformed tasks and run the rest
 
-    config.sandbox = ml_collections.ConfigDict()
-    config.sandbox.backend = "docker"  # docker | bwrap (no daemon needed)
-    config.sandbox.concurrency = 4  # sandboxes running at once
-    config.sandbox.allow_network = False  # a task's allow_internet only counts when this is True
-    config.sandbox.runtime = ""  # Docker runtime, e.g. runsc (gVisor); "" = the daemon's default
-    config.sandbox.build_network = "none"  # network for `docker build` (host to apt-get in builds)
-    config.sandbox.pids = 512
-    config.sandbox.max_output_bytes = 10_000  # per command, head + tail kept (Terminus-2: 10 KB)
-    config.sandbox.command_timeout_s = 180.0
+    config.sandbox = sandbox_config()
 
     config.verifier = ml_collections.ConfigDict()
     config.verifier.mode = "script"  # script: tests/test.sh | offline: image pytest on test_*.py

@@ -10,6 +10,8 @@ reason.txt), summary.md and lineage.jsonl to the workdir.
 
 import ml_collections
 
+from configs.common import sandbox_config
+
 OFFLINE_OPERATORS = "checksum_manifest,archive_outputs,summary_json,readonly_publish"
 
 
@@ -34,15 +36,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.llm.max_tokens = 4096
     config.llm.timeout_s = 120.0
 
-    config.sandbox = ml_collections.ConfigDict()
-    config.sandbox.backend = "docker"  # docker | bwrap (no daemon needed)
-    config.sandbox.concurrency = 4  # sandboxes running at once
-    config.sandbox.allow_network = False  # a task's allow_internet only counts when this is True
-    config.sandbox.runtime = ""  # Docker runtime, e.g. runsc (gVisor); "" = the daemon's default
-    config.sandbox.build_network = "none"  # network for `docker build` (host to apt-get in builds)
-    config.sandbox.pids = 512
-    config.sandbox.max_output_bytes = 10_000  # per command, head + tail kept (Terminus-2: 10 KB)
-    config.sandbox.command_timeout_s = 180.0
+    config.sandbox = sandbox_config()
 
     config.verifier = ml_collections.ConfigDict()
     config.verifier.mode = "script"  # script: tests/test.sh | offline: image pytest on test_*.py

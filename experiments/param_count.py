@@ -10,27 +10,19 @@ how we check that a config's shapes are really the model it claims to be (within
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from t1jax.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import model_config_from, param_counts  # noqa: E402
 
 
-def load_config(spec: str):
-    path, _, arg = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    if module_spec is None:
-        raise SystemExit(f"not a Python config file: {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg or None)
 
 
 def report(spec: str) -> str:
-    config = load_config(spec)
+    config = load_config_file(spec)
     counts = param_counts(model_config_from(config.model))
     lines = [spec]
     scale, unit = (1e9, "B") if counts["total"] >= 1e9 else (1e6, "M")

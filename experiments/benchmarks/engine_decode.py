@@ -14,7 +14,6 @@ interleaved. Ratios are JaxEngine / HF, same run.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import statistics
@@ -33,14 +32,8 @@ from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.model.hf_io import export_hf, num_params  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
 from t1jax.rollout.engine import SamplingParams  # noqa: E402
+from t1jax.config_file import load_config_file  # noqa: E402
 from t1jax.rollout.jax_engine import JaxEngine  # noqa: E402
-
-
-def load_config(path: str):
-    spec = importlib.util.spec_from_file_location("bench_model_config", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
 
 
 def main() -> None:
@@ -57,7 +50,7 @@ def main() -> None:
     import transformers
     torch.set_num_threads(args.torch_threads)
 
-    cfg = model_config_from(load_config(args.config).model)
+    cfg = model_config_from(load_config_file(args.config).model)
     model = CausalLM(cfg, nnx.Rngs(0))
     tmp = tempfile.TemporaryDirectory()
     export_hf(model, tmp.name)

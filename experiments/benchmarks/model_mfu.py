@@ -29,7 +29,6 @@ FLOPs are counted two ways:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import statistics
@@ -45,20 +44,12 @@ import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from t1jax import sharding  # noqa: E402
+from t1jax.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import ModelConfig, model_config_from, param_counts  # noqa: E402
 from t1jax.model import dispatch as moe_dispatch  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
 
 
-def load_config(spec: str):
-    """A config module's get_config(); a `path.py:arg` suffix is passed as its argument."""
-    path, _, arg = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    if module_spec is None:
-        raise SystemExit(f"not a Python config file: {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg or None)
 
 
 def median_seconds(fn, args, repeats: int) -> float:
@@ -138,7 +129,7 @@ def main() -> None:
                         help="override the config's moe_dispatch (auto or a strategy name)")
     args = parser.parse_args()
 
-    cfg = model_config_from(load_config(args.config).model)
+    cfg = model_config_from(load_config_file(args.config).model)
     if args.dispatch:
         cfg = cfg.replace(moe_dispatch=args.dispatch)
     b, s = args.batch, args.seq
