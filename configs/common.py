@@ -15,3 +15,36 @@ def sandbox_config() -> ml_collections.ConfigDict:
     sandbox.max_output_bytes = 10_000  # per command, head + tail kept (Terminus-2: 10 KB)
     sandbox.command_timeout_s = 180.0
     return sandbox
+
+
+def rl_config() -> ml_collections.ConfigDict:
+    """PPO as T1 runs it: critic first, symmetric clip, Adam at a constant rate, R3 on; KL,
+    entropy and load-balancing terms exist as switches and are off."""
+    rl = ml_collections.ConfigDict()
+    rl.gamma = 1.0  # discount per sampled token (observations are not steps)
+    rl.lam = 1.0  # GAE lambda; 1.0 = Monte Carlo returns minus the critic's baseline
+    rl.clip_eps = 0.2  # symmetric PPO ratio clip
+    rl.value_clip = 0.2  # critic value clip around its pre-update values; <= 0 turns it off
+    rl.normalize_advantages = True  # whiten advantages over the batch's sampled tokens
+    rl.temperature = 1.0  # the rollout's sampling temperature (log-probs must match it)
+    rl.actor_lr = 1e-6
+    rl.critic_lr = 5e-6
+    rl.adam_b1 = 0.9
+    rl.adam_b2 = 0.999
+    rl.adam_eps = 1e-8
+    rl.max_grad_norm = 1.0  # global-norm clip per model; <= 0 turns it off
+    rl.minibatches = 1  # optimizer updates per step per epoch (rows split evenly)
+    rl.epochs = 1  # passes over the step's batch
+    rl.r3 = True  # replay the rollout's expert selection in the actor's training forward
+    rl.old_logprobs = "recompute"  # PPO ratio vs: recompute (trainer, pre-update) | rollout
+    rl.tis = False  # truncated importance sampling: min(pi_old / pi_rollout, tis_cap)
+    rl.tis_cap = 2.0
+    rl.kl_loss_coef = 0.0  # k3 KL(pi || reference) in the loss (reference = initial actor)
+    rl.kl_reward_coef = 0.0  # per-token KL penalty in the reward
+    rl.entropy_coef = 0.0
+    rl.load_balancing_coef = 0.0  # MoE auxiliary loss weight (T1: 0)
+    rl.min_length = 64  # smallest sequence bucket; buckets double up to max_length
+    rl.max_length = 1024  # longest sample (a longer one is an error, or dropped: overlong)
+    rl.packing = True  # several samples per row (attention kept inside each)
+    rl.overlong = "error"  # error | drop (counted) -- never truncated
+    return rl

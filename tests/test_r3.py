@@ -204,7 +204,8 @@ def test_replay_weights_are_live_softmax_over_selected(normalize):
     rng = np.random.RandomState(0)
     indices = np.stack([rng.permutation(e)[:k] for _ in range(x.shape[0])]).astype(np.int32)
     indices[5] = -1  # a padding token: routed nowhere
-    y, routing, aux = moe(x, jnp.asarray(indices))
+    valid = np.arange(x.shape[0]) != 5
+    y, routing, aux, free = moe(x, jnp.asarray(indices), jnp.asarray(valid))
 
     np.testing.assert_array_equal(np.asarray(routing.indices), indices)
     probs64 = _softmax64(np.asarray(x) @ np.asarray(moe.router.get_value()))
@@ -226,6 +227,22 @@ def test_replay_weights_are_live_softmax_over_selected(normalize):
                                     moe.down.get_value())
     np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-4, atol=1e-4)
     assert (np.asarray(y)[5] == 0).all()
+    # the router's own top-k is reported beside the replayed selection
+    own = np.argsort(-probs64, axis=-1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(np.sort(np.asarray(free)[valid], -1), np.sort(own[valid], -1))
+    assert (np.asarray(free)[5] == -1).all()
+
+
+def test_replay_row_without_record_routes_freely():
+    """A token the rollout never ran the model on (all -1) takes the router's own top-k."""
+    moe, x = _moe(True, seed=2)
+    e, k = moe.router.shape[1], moe.top_k
+    indices = np.stack([np.arange(k)] * x.shape[0]).astype(np.int32)
+    indices[3] = -1
+    _, routing, _, free = moe(x, jnp.asarray(indices))
+    np.testing.assert_array_equal(np.asarray(routing.indices)[3], np.asarray(free)[3])
+    np.testing.assert_array_equal(np.asarray(routing.indices)[4], np.arange(k))
+    assert (np.asarray(routing.weights)[3] > 0).all()
 
 
 @pytest.mark.parametrize("normalize", [False, True])
@@ -240,7 +257,7 @@ def test_free_routing_matches_hf_router(normalize):
         router.weight.copy_(torch.tensor(np.asarray(moe.router.get_value()).T))
         _, scores, hf_idx = router(torch.tensor(np.asarray(x)))
     routing = moe.route(x)
-    _, used, _ = moe(x)
+    _, used, _, _ = moe(x)
     np.testing.assert_array_equal(np.asarray(used.indices), np.asarray(routing.indices))
     # both sort the k experts by descending probability; compare (index, weight) pairs sorted
     # by index so an implementation's tie order cannot matter
@@ -251,7 +268,7 @@ def test_free_routing_matches_hf_router(normalize):
     np.testing.assert_allclose(np.take_along_axis(ours_w, o, -1),
                                np.take_along_axis(scores.numpy(), h, -1), rtol=1e-5, atol=1e-7)
     # and replaying HF's indices reproduces HF's scores
-    _, replayed, _ = moe(x, jnp.asarray(hf_idx.numpy().astype(np.int32)))
+    _, replayed, _, _ = moe(x, jnp.asarray(hf_idx.numpy().astype(np.int32)))
     np.testing.assert_allclose(np.asarray(replayed.weights), scores.numpy(), rtol=1e-5, atol=1e-7)
 
 
@@ -281,13 +298,13 @@ def test_moe_layer_aux_matches_transformers():
     logits = torch.tensor(np.asarray(x @ moe.router.get_value()))
     valid = np.ones(x.shape[0], bool)
     valid[-3:] = False
-    _, _, aux = moe(x, valid_t=jnp.asarray(valid))
+    _, _, aux, _ = moe(x, valid_t=jnp.asarray(valid))
     ref = qwen3_moe.load_balancing_loss_func((logits,), e, k,
                                              torch.tensor(valid.astype(np.int64))[None])
     np.testing.assert_allclose(float(aux), float(ref), rtol=1e-5)
     # under replay the loss counts the experts actually used (the replayed ones)
     indices = np.roll(np.asarray(moe.route(x).indices), 1, axis=0)
-    _, _, aux = moe(x, jnp.asarray(indices), jnp.asarray(valid))
+    _, _, aux, _ = moe(x, jnp.asarray(indices), jnp.asarray(valid))
     probs = jax.nn.softmax(x @ moe.router.get_value(), axis=-1)
     np.testing.assert_allclose(float(aux), float(load_balancing_loss(
         probs, jnp.where(jnp.asarray(valid)[:, None], jnp.asarray(indices), -1),

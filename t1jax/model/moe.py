@@ -1,6 +1,9 @@
 """The MoE feed-forward with routing as a value: `route(x)` picks experts, `__call__(x, indices)`
 runs them. Passing recorded indices (R3, rollout routing replay) fixes the expert *selection*,
 while the gate *weights* are recomputed from the live router, so the router keeps its gradient.
+A token whose recorded row is all -1 (the rollout never ran the model on it, e.g. a sample's
+last token) routes freely. The router's own top-k is returned even under replay, so the
+trainer can measure how often it disagrees with the rollout.
 """
 
 from __future__ import annotations
@@ -65,17 +68,22 @@ class MoE(nnx.Module):
         return Routing(indices, gate_weights(probs, indices, self.normalize))
 
     def __call__(self, x_td: jax.Array, indices_tk: jax.Array | None = None,
-                 valid_t: jax.Array | None = None) -> tuple[jax.Array, Routing, jax.Array]:
-        """Returns (output, the routing used, load-balancing loss). Tokens with valid_t False
-        (padding) are routed nowhere and reported as -1."""
+                 valid_t: jax.Array | None = None
+                 ) -> tuple[jax.Array, Routing, jax.Array, jax.Array]:
+        """Returns (output, the routing used, load-balancing loss, the router's own top-k).
+        Tokens with valid_t False (padding) are routed nowhere and reported as -1."""
         probs = self.router_probs(x_td)
+        _, free_tk = jax.lax.top_k(probs, self.top_k)
+        free_tk = free_tk.astype(jnp.int32)
         if indices_tk is None:
-            _, indices_tk = jax.lax.top_k(probs, self.top_k)
-            indices_tk = indices_tk.astype(jnp.int32)
+            indices_tk = free_tk
         else:
             indices_tk = indices_tk.astype(jnp.int32)
+            recorded = jnp.any(indices_tk >= 0, axis=-1, keepdims=True)
+            indices_tk = jnp.where(recorded, indices_tk, free_tk)
         if valid_t is not None:
             indices_tk = jnp.where(valid_t[:, None], indices_tk, -1)
+            free_tk = jnp.where(valid_t[:, None], free_tk, -1)
         else:
             valid_t = jnp.ones(x_td.shape[:1], bool)
         weights = gate_weights(probs, indices_tk, self.normalize).astype(x_td.dtype)
@@ -84,4 +92,4 @@ class MoE(nnx.Module):
                        self.up[...].astype(dt), self.down[...].astype(dt),
                        strategy=self.dispatch)
         aux = load_balancing_loss(probs, indices_tk, valid_t)
-        return y, Routing(indices_tk, weights), aux
+        return y, Routing(indices_tk, weights), aux, free_tk

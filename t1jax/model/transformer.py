@@ -32,6 +32,7 @@ class ModelOutput:
     routes: jax.Array  # int32 [B, S, layers, k]
     aux_loss: jax.Array  # mean load-balancing loss over MoE layers (float32 scalar)
     cache: KVCache | None
+    free_routes: jax.Array | None = None  # the router's own top-k (== routes unless replaying)
 
 
 class Attention(nnx.Module):
@@ -112,12 +113,14 @@ class DecoderLayer(nnx.Module):
         b, s, d = x.shape
         if self.is_moe:
             flat = None if route_indices is None else route_indices.reshape(b * s, -1)
-            y, routing, aux = self.mlp(normed.reshape(b * s, d), flat, (segment_ids > 0).reshape(-1))
+            y, routing, aux, free = self.mlp(normed.reshape(b * s, d), flat,
+                                             (segment_ids > 0).reshape(-1))
             y, indices = y.reshape(b, s, d), routing.indices.reshape(b, s, -1)
+            free = free.reshape(b, s, -1)
         else:
-            y, indices, aux = self.mlp(normed), None, None
+            y, indices, aux, free = self.mlp(normed), None, None, None
         x = constrain(x + y, ("batch", "length", "embed"))
-        return x, indices, aux, new_layer
+        return x, (indices, free), aux, new_layer
 
 
 class Transformer(nnx.Module):
@@ -142,21 +145,23 @@ class Transformer(nnx.Module):
         x = jnp.take(self.embed[...], tokens, axis=0).astype(compute)
         x = constrain(x, ("batch", "length", "embed"))
         k = cfg.num_experts_per_tok
-        used, aux_losses, new_layers = [], [], []
+        used, free_used, aux_losses, new_layers = [], [], [], []
+        none = jnp.full((b, s, k), -1, jnp.int32)
         for i, layer in enumerate(self.layers):
             replay = None if routes is None else routes[:, :, i, :]
-            x, indices, aux, new_layer = layer(
+            x, (indices, free), aux, new_layer = layer(
                 x, positions, segment_ids, replay, None if cache is None else cache.layers[i],
                 None if cache is None else cache.lengths)
-            used.append(jnp.full((b, s, k), -1, jnp.int32) if indices is None else indices)
+            used.append(none if indices is None else indices)
+            free_used.append(none if free is None else free)
             if aux is not None:
                 aux_losses.append(aux)
             new_layers.append(new_layer)
-        routes_out = jnp.stack(used, axis=2)
+        routes_out = (jnp.stack(used, axis=2), jnp.stack(free_used, axis=2))
         aux_loss = jnp.mean(jnp.stack(aux_losses)) if aux_losses else jnp.zeros((), jnp.float32)
         new_cache = None if cache is None else cache.replace_layers(new_layers, positions,
                                                                    segment_ids)
-        return self.norm(x), routes_out, aux_loss, new_cache
+        return self.norm(x), routes_out, aux_loss, new_cache  # routes_out: (used, free)
 
 
 class CausalLM(nnx.Module):
@@ -171,12 +176,13 @@ class CausalLM(nnx.Module):
 
     def __call__(self, tokens, positions=None, segment_ids=None, routes=None,
                  cache=None) -> ModelOutput:
-        h, routes_out, aux, new_cache = self.model(tokens, positions, segment_ids, routes, cache)
+        h, (routes_out, free), aux, new_cache = self.model(tokens, positions, segment_ids, routes,
+                                                           cache)
         head = self.model.embed[...].T if self.tied else self.lm_head[...]
         logits = jnp.einsum("bsd,dv->bsv", h, head.astype(h.dtype),
                             preferred_element_type=jnp.float32)
         logits = constrain(logits, ("batch", "length", "vocab"))
-        return ModelOutput(logits, None, routes_out, aux, new_cache)
+        return ModelOutput(logits, None, routes_out, aux, new_cache, free)
 
 
 class ValueModel(nnx.Module):
@@ -189,9 +195,10 @@ class ValueModel(nnx.Module):
 
     def __call__(self, tokens, positions=None, segment_ids=None, routes=None,
                  cache=None) -> ModelOutput:
-        h, routes_out, aux, new_cache = self.model(tokens, positions, segment_ids, routes, cache)
+        h, (routes_out, free), aux, new_cache = self.model(tokens, positions, segment_ids, routes,
+                                                           cache)
         values = h.astype(jnp.float32) @ self.value_head[...] + self.value_bias[...]
-        return ModelOutput(None, values, routes_out, aux, new_cache)
+        return ModelOutput(None, values, routes_out, aux, new_cache, free)
 
 
 def log_probs(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:

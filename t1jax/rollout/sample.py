@@ -21,6 +21,9 @@ class Sample:
     routes: np.ndarray  # int32 [T, layers, k], -1 where the model never ran
     reward: float  # the episode's scalar reward; see token_rewards
     metadata: dict  # task_id, attempt, turns, finish, weight_versions, verifier report
+    # Where each chunk of the trial starts (a context split restarts the sequence: positions
+    # restart and attention stays inside the chunk); [0] for a single sequence.
+    chunk_starts: np.ndarray | None = None
 
     def __post_init__(self):
         self.tokens = np.asarray(self.tokens, np.int32)
@@ -32,6 +35,12 @@ class Sample:
         if not (len(self.loss_mask) == len(self.rollout_logprobs) == len(self.routes) == n):
             raise ValueError(f"lengths differ: tokens {n}, loss_mask {len(self.loss_mask)}, "
                              f"logprobs {len(self.rollout_logprobs)}, routes {len(self.routes)}")
+        starts = np.asarray([0] if self.chunk_starts is None else self.chunk_starts, np.int32)
+        if len(starts) == 0 or starts[0] != 0 or (np.diff(starts) <= 0).any() or \
+                (n and starts[-1] >= n):
+            raise ValueError(f"chunk_starts {starts.tolist()} must start at 0 and increase "
+                             f"strictly inside the {n} tokens")
+        self.chunk_starts = starts
 
     @property
     def last_response_index(self) -> int:
@@ -49,7 +58,7 @@ class Sample:
     def to_npz(self, path) -> None:
         np.savez(path, tokens=self.tokens, loss_mask=self.loss_mask,
                  rollout_logprobs=self.rollout_logprobs, routes=self.routes,
-                 reward=np.float64(self.reward),
+                 reward=np.float64(self.reward), chunk_starts=self.chunk_starts,
                  metadata=np.array(json.dumps(self.metadata, default=str)))
 
     @classmethod
@@ -57,7 +66,8 @@ class Sample:
         with np.load(path, allow_pickle=False) as data:
             return cls(tokens=data["tokens"], loss_mask=data["loss_mask"],
                        rollout_logprobs=data["rollout_logprobs"], routes=data["routes"],
-                       reward=float(data["reward"]), metadata=json.loads(str(data["metadata"])))
+                       reward=float(data["reward"]), metadata=json.loads(str(data["metadata"])),
+                       chunk_starts=data["chunk_starts"] if "chunk_starts" in data else None)
 
 
 def make_sample(trajectory, report, task_id: str, attempt: int) -> Sample:
@@ -71,4 +81,5 @@ def make_sample(trajectory, report, task_id: str, attempt: int) -> Sample:
             "route_drift": trajectory.route_drift, "verifier": report_dict}
     return Sample(tokens=trajectory.tokens, loss_mask=trajectory.loss_mask,
                   rollout_logprobs=trajectory.logprobs, routes=trajectory.routes,
-                  reward=report.reward if report is not None else 0.0, metadata=meta)
+                  reward=report.reward if report is not None else 0.0, metadata=meta,
+                  chunk_starts=getattr(trajectory, "chunk_starts", None) or None)

@@ -1,0 +1,1 @@
+"""Post-rollout data for training: SFT datasets from oracles and filtered rollouts."""

@@ -1,0 +1,169 @@
+"""Samples → padded, packed arrays of a few fixed shapes, so compiled steps are reused.
+
+Layout (all [rows, length], token-indexed): `loss_mask[t]` is 1 where token t was sampled, and
+its log-probability comes from the logits at t-1; `rewards[t]` holds a trial's reward on its last
+sampled token; `routes[t]` is the expert set the rollout used when token t was the model's
+input. Several samples share a row (first-fit decreasing); `segment_ids` keeps attention inside
+one chunk (a trial split by context compaction is several chunks, positions restarting in each),
+`trial_ids` tells GAE where one trial ends, so credit flows across a trial's chunks but never
+between trials.
+
+Nothing is truncated: a sample longer than the largest bucket is an error naming its task (or,
+with overlong="drop", left out and counted in `Packed.dropped`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    tokens: np.ndarray  # int32 [B, L]
+    positions: np.ndarray  # int32 [B, L], restart at 0 in every chunk
+    segment_ids: np.ndarray  # int32 [B, L], 0 = padding, one id per chunk in a row
+    trial_ids: np.ndarray  # int32 [B, L], 0 = padding, one id per trial in a row
+    loss_mask: np.ndarray  # float32 [B, L], 1 on sampled ids
+    rollout_logprobs: np.ndarray  # float32 [B, L]
+    routes: np.ndarray  # int32 [B, L, layers, k], -1 = not recorded
+    rewards: np.ndarray  # float32 [B, L], the trial's reward on its last sampled id
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.tokens.shape)
+
+
+@dataclasses.dataclass
+class Packed:
+    batch: Batch
+    placements: list[tuple[int, int, int, int]]  # (sample index, row, start, end)
+    dropped: list[tuple[int, str]]  # (sample index, why) for overlong="drop"
+    fixed_chunk_starts: int  # chunk-first tokens whose mask was 1 (cannot be predicted): zeroed
+
+
+class OverlongSample(ValueError):
+    pass
+
+
+def bucket_lengths(min_length: int, max_length: int) -> list[int]:
+    """Powers of two from min_length up to max_length (max_length always included)."""
+    out, n = [], int(min_length)
+    while n < max_length:
+        out.append(n)
+        n *= 2
+    return out + [int(max_length)]
+
+
+def pick_bucket(n: int, buckets) -> int:
+    for b in sorted(buckets):
+        if n <= b:
+            return b
+    raise OverlongSample(f"{n} tokens exceed the largest bucket {max(buckets)}")
+
+
+def _round_rows(n: int, multiple: int) -> int:
+    """Rows rounded up to multiple * a power of two, so few distinct shapes ever compile."""
+    groups = max(1, -(-n // multiple))
+    return multiple * (1 << (groups - 1).bit_length())
+
+
+def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1,
+         packing: bool = True, overlong: str = "error") -> Packed:
+    """Pack samples into rows of one bucket length (the smallest that fits the longest).
+
+    row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
+    packing=False puts one sample per row. overlong: "error" | "drop".
+    """
+    if overlong not in ("error", "drop"):
+        raise ValueError(f"overlong must be 'error' or 'drop', got {overlong!r}")
+    limit = max(buckets)
+    kept, dropped = [], []
+    for i, s in enumerate(samples):
+        n = len(s.tokens)
+        if n > limit:
+            why = (f"sample {i} (task {s.metadata.get('task_id', '?')}, attempt "
+                   f"{s.metadata.get('attempt', '?')}) has {n} tokens, more than the largest "
+                   f"bucket {limit}; raise rl.max_length or compact the context (never truncated)")
+            if overlong == "error":
+                raise OverlongSample(why)
+            dropped.append((i, why))
+        elif n:
+            kept.append(i)
+    if not kept:
+        raise ValueError("no sample to train on" + (f": all {len(dropped)} were overlong"
+                                                    if dropped else ""))
+    length = pick_bucket(max(len(samples[i].tokens) for i in kept), buckets)
+    rows_fill: list[int] = []
+    row_of: dict[int, tuple[int, int]] = {}
+    for i in sorted(kept, key=lambda i: -len(samples[i].tokens)):
+        n = len(samples[i].tokens)
+        row = next((r for r, used in enumerate(rows_fill) if used + n <= length), None) \
+            if packing else None
+        if row is None:
+            rows_fill.append(0)
+            row = len(rows_fill) - 1
+        row_of[i] = (row, rows_fill[row])
+        rows_fill[row] += n
+    rows = _round_rows(len(rows_fill), row_multiple)
+    arrays = dict(
+        tokens=np.zeros((rows, length), np.int32), positions=np.zeros((rows, length), np.int32),
+        segment_ids=np.zeros((rows, length), np.int32),
+        trial_ids=np.zeros((rows, length), np.int32),
+        loss_mask=np.zeros((rows, length), np.float32),
+        rollout_logprobs=np.zeros((rows, length), np.float32),
+        routes=np.full((rows, length, num_layers, top_k), -1, np.int32),
+        rewards=np.zeros((rows, length), np.float32))
+    next_segment, next_trial = [1] * rows, [1] * rows
+    placements, fixed = [], 0
+    for i in kept:
+        s, (row, start) = samples[i], row_of[i]
+        n = len(s.tokens)
+        end = start + n
+        if s.routes.shape[1:] != (num_layers, top_k):
+            raise ValueError(f"sample {i} (task {s.metadata.get('task_id', '?')}) has routes of "
+                             f"shape {s.routes.shape[1:]}, the model has ({num_layers}, {top_k})")
+        a = arrays
+        a["tokens"][row, start:end] = s.tokens
+        a["routes"][row, start:end] = s.routes
+        a["rollout_logprobs"][row, start:end] = s.rollout_logprobs
+        mask = s.loss_mask.astype(np.float32)
+        bounds = list(s.chunk_starts) + [n]
+        for c0, c1 in zip(bounds[:-1], bounds[1:]):
+            a["positions"][row, start + c0:start + c1] = np.arange(c1 - c0)
+            a["segment_ids"][row, start + c0:start + c1] = next_segment[row]
+            next_segment[row] += 1
+            if mask[c0]:  # nothing inside the chunk predicts its first token
+                mask[c0], fixed = 0.0, fixed + 1
+        a["loss_mask"][row, start:end] = mask
+        a["trial_ids"][row, start:end] = next_trial[row]
+        next_trial[row] += 1
+        sampled = np.flatnonzero(mask)
+        if len(sampled):
+            a["rewards"][row, start + sampled[-1]] = s.reward
+        placements.append((i, row, start, end))
+    return Packed(Batch(**arrays), placements, dropped, fixed)
+
+
+def batch_specs(batch: Batch):
+    """Logical axis names per field, for t1jax.sharding (rows shard over the batch axes)."""
+    two = ("batch", "length")
+    return Batch(tokens=two, positions=two, segment_ids=two, trial_ids=two, loss_mask=two,
+                 rollout_logprobs=two, routes=("batch", "length", None, None), rewards=two)
+
+
+def batch_shardings(batch: Batch, mesh, rules=None) -> Batch:
+    """NamedShardings per field: rows split over the batch axes (data, fsdp, expert)."""
+    from jax.sharding import NamedSharding
+
+    from t1jax.sharding import spec_for
+    shape = dict(mesh.shape)
+    return jax.tree.map(lambda x, n: NamedSharding(mesh, spec_for(n, x.shape, shape, rules)),
+                        batch, batch_specs(batch))
+
+
+def shard_batch(batch: Batch, mesh, rules=None) -> Batch:
+    return jax.device_put(batch, batch_shardings(batch, mesh, rules))

@@ -1,0 +1,41 @@
+"""The critic: a separate full-size value model that routes on its own (no replay).
+
+Why separate functions: the PPO step and the Critic Warm-Up stage share exactly this loss, so
+the warmed-up critic is the one PPO continues with.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from t1jax.rl import ppo
+
+
+def critic_values(graphdef, params, batch):
+    """V(state before token t), float32 [B, L]."""
+    out = nnx.merge(graphdef, params)(batch.tokens, batch.positions, batch.segment_ids)
+    return ppo.values_before(out.values)
+
+
+def critic_loss(graphdef, value_clip: float):
+    def loss(params, batch, old_values, returns):
+        values = critic_values(graphdef, params, batch)
+        value, clip_frac = ppo.value_loss(values, old_values, returns, batch.loss_mask,
+                                          value_clip)
+        return value, {"critic/value_loss": value, "critic/value_clip_frac": clip_frac,
+                       "critic/values_mean": ppo.masked_mean(values, batch.loss_mask)}
+    return loss
+
+
+def warm_start_from_actor(critic_params, actor_params):
+    """The critic's backbone copied from the policy (value head kept): the usual start for a
+    critic, before Critic Warm-Up fits the head and backbone to the policy's returns."""
+    flat_actor = dict(nnx.to_flat_state(actor_params))
+    flat = []
+    for path, var in nnx.to_flat_state(critic_params):
+        source = flat_actor.get(path)
+        if source is not None and path[0] == "model":
+            var = var.replace(jax.numpy.asarray(source.get_value(), var.get_value().dtype))
+        flat.append((path, var))
+    return nnx.from_flat_state(flat)

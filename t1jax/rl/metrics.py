@@ -1,0 +1,45 @@
+"""What tells a PPO run on an MoE policy is healthy: the train-inference mismatch (T1's log-prob
+gap, its max, a k3 KL estimate, how often the trainer's own experts differ from the rollout's)
+computed on device, and per-step sample statistics (reward, turns, length) on the host."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from t1jax.rl import ppo
+
+
+def mismatch(train_logp, rollout_logp, mask, free_routes, rollout_routes, valid):
+    """Train-vs-rollout metrics on the sampled tokens, plus routing disagreement: the fraction
+    of (token, MoE layer) pairs with a recorded rollout expert set where the trainer's own
+    top-k is a different set (measured on the free router even when replaying)."""
+    gap = jnp.abs(train_logp - rollout_logp)
+    recorded = jnp.all(rollout_routes >= 0, axis=-1) & valid[..., None]
+    differs = jnp.any(jnp.sort(free_routes, -1) != jnp.sort(rollout_routes, -1), axis=-1)
+    pairs = jnp.maximum(jnp.sum(recorded), 1)
+    return {
+        "mismatch/logprob_gap": ppo.masked_mean(gap, mask),
+        "mismatch/logprob_gap_max": jnp.max(jnp.where(mask > 0, gap, 0.0)),
+        "mismatch/k3_kl": ppo.masked_mean(ppo.k3_kl(train_logp, rollout_logp), mask),
+        "mismatch/routing_disagreement": jnp.sum(differs & recorded) / pairs,
+        "mismatch/routed_pairs": jnp.sum(recorded),
+    }
+
+
+def sample_stats(samples) -> dict:
+    """Reward, resolution, turns and length of the trials in one step (host side)."""
+    rewards = np.array([s.reward for s in samples], np.float64)
+    lengths = np.array([len(s.tokens) for s in samples])
+    sampled = np.array([int(s.loss_mask.sum()) for s in samples])
+    turns = np.array([s.metadata.get("turns", 0) or 0 for s in samples])
+    chunks = np.array([len(s.chunk_starts) for s in samples])
+    resolved = [bool((s.metadata.get("verifier") or {}).get("solved", False))
+                for s in samples]
+    return {
+        "reward/mean": rewards.mean(), "reward/std": rewards.std(), "reward/min": rewards.min(),
+        "reward/max": rewards.max(), "reward/resolved": float(np.mean(resolved)),
+        "trials": len(samples), "turns/mean": turns.mean(), "turns/max": turns.max(),
+        "length/mean": lengths.mean(), "length/max": lengths.max(),
+        "length/sampled_tokens": sampled.mean(), "chunks/mean": chunks.mean(),
+    }

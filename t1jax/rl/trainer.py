@@ -1,0 +1,331 @@
+"""The PPO actor-critic trainer: state, optimizers and the jitted steps, sharded over the mesh.
+
+One PPO step, as T1 runs it:
+  1. the critic's pre-update values V(s) and the actor's pre-update log-probs (R3: replaying the
+     rollout's expert selection) -- the mismatch metrics come from this forward;
+  2. GAE from those values (so advantages and the value clip are anchored to one function);
+  3. the critic trains first, then the actor (PPO clip, optional TIS, KL, entropy, aux terms).
+Critic Warm-Up runs steps 1-3 for the critic alone; SFT trains the actor on masked tokens.
+Every step is jitted with explicit in/out shardings over the mesh and donates the state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from t1jax import sharding
+from t1jax.model.transformer import CausalLM, ValueModel, log_probs
+from t1jax.rl import critic as critic_lib
+from t1jax.rl import metrics as metrics_lib
+from t1jax.rl import ppo
+from t1jax.rl.batch import Batch, batch_shardings, bucket_lengths, pack, shard_batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The rl config block as a hashable value (it parameterises the compiled steps)."""
+    gamma: float = 1.0
+    lam: float = 1.0
+    clip_eps: float = 0.2
+    value_clip: float = 0.2
+    normalize_advantages: bool = True
+    temperature: float = 1.0
+    actor_lr: float = 1e-6
+    critic_lr: float = 5e-6
+    adam_b1: float = 0.9
+    adam_b2: float = 0.999
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    minibatches: int = 1
+    epochs: int = 1
+    r3: bool = True
+    old_logprobs: str = "recompute"
+    tis: bool = False
+    tis_cap: float = 2.0
+    kl_loss_coef: float = 0.0
+    kl_reward_coef: float = 0.0
+    entropy_coef: float = 0.0
+    load_balancing_coef: float = 0.0
+    min_length: int = 64
+    max_length: int = 1024
+    packing: bool = True
+    overlong: str = "error"
+
+    @classmethod
+    def from_config(cls, rl) -> "Settings":
+        known = {f.name for f in dataclasses.fields(cls)}
+        given = dict(rl.items()) if hasattr(rl, "items") else dict(rl)
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ValueError(f"unknown rl config fields {unknown}; known: {sorted(known)}")
+        settings = cls(**given)
+        if settings.old_logprobs not in ("recompute", "rollout"):
+            raise ValueError(f"rl.old_logprobs must be 'recompute' or 'rollout', got "
+                             f"{settings.old_logprobs!r}")
+        if settings.minibatches < 1 or settings.epochs < 1:
+            raise ValueError("rl.minibatches and rl.epochs must be >= 1")
+        return settings
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.kl_loss_coef > 0 or self.kl_reward_coef > 0
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    step: jax.Array  # int32 scalar: PPO/SFT/warm-up updates applied
+    actor: nnx.State
+    critic: nnx.State
+    actor_opt: optax.OptState
+    critic_opt: optax.OptState
+    reference: nnx.State | None = None  # frozen initial actor, only when a KL term is on
+
+
+def make_optimizer(lr: float, s: Settings) -> optax.GradientTransformation:
+    adam = optax.adam(lr, b1=s.adam_b1, b2=s.adam_b2, eps=s.adam_eps)
+    return optax.chain(optax.clip_by_global_norm(s.max_grad_norm), adam) \
+        if s.max_grad_norm > 0 else adam
+
+
+def token_logprobs(logits, tokens, temperature: float):
+    """log p(token t) from the logits at t-1, [B, L] (0 at t=0)."""
+    lp = log_probs(logits[:, :-1], tokens[:, 1:], temperature)
+    return jnp.pad(lp, ((0, 0), (1, 0)))
+
+
+def _minibatches(tree, n: int, epochs: int):
+    """[B, ...] leaves -> [epochs * n, B / n, ...] (same order each epoch)."""
+    def split(x):
+        x = x.reshape((n, x.shape[0] // n) + x.shape[1:])
+        return jnp.concatenate([x] * epochs, axis=0) if epochs > 1 else x
+    return jax.tree.map(split, tree)
+
+
+def _train(loss_fn, params, opt_state, tx, data, s: Settings):
+    """Minibatch updates of one model (lax.scan); returns params, opt state, mean metrics."""
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def update(carry, mb):
+        params, opt_state = carry
+        (_, aux), grads = grad_fn(params, *mb)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        aux = dict(aux, grad_norm=optax.global_norm(grads))
+        return (optax.apply_updates(params, updates), opt_state), aux
+
+    (params, opt_state), aux = jax.lax.scan(update, (params, opt_state),
+                                            _minibatches(data, s.minibatches, s.epochs))
+    return params, opt_state, jax.tree.map(jnp.mean, aux)
+
+
+class Trainer:
+    """Actor and critic, their optimizers and the compiled steps, over one mesh."""
+
+    def __init__(self, model_cfg, rl, mesh, *, seed: int = 0, rules=None,
+                 actor_lr: float | None = None):
+        self.cfg, self.mesh, self.rules = model_cfg, mesh, rules
+        self.s = rl if isinstance(rl, Settings) else Settings.from_config(rl)
+        self.buckets = bucket_lengths(self.s.min_length, self.s.max_length)
+        actor = sharding.create_sharded(lambda: CausalLM(model_cfg, nnx.Rngs(seed)), mesh, rules)
+        critic = sharding.create_sharded(lambda: ValueModel(model_cfg, nnx.Rngs(seed + 1)), mesh,
+                                         rules)
+        self.actor_def, actor_params = nnx.split(actor, nnx.Param)
+        self.critic_def, critic_params = nnx.split(critic, nnx.Param)
+        critic_params = critic_lib.warm_start_from_actor(critic_params, actor_params)
+        self.actor_tx = make_optimizer(self.s.actor_lr if actor_lr is None else actor_lr, self.s)
+        self.critic_tx = make_optimizer(self.s.critic_lr, self.s)
+        self.state = self._init_state(actor_params, critic_params)
+        self._compiled: dict = {}
+
+    def _init_state(self, actor_params, critic_params) -> TrainState:
+        with jax.set_mesh(self.mesh):
+            state = jax.jit(lambda a, c: TrainState(
+                jnp.zeros((), jnp.int32), a, c, self.actor_tx.init(a), self.critic_tx.init(c),
+                a if self.s.uses_reference else None))(actor_params, critic_params)
+        # Leaves XLA left on one device (scalars, counters) become replicated on the mesh, so
+        # every argument of the compiled steps lives on the same devices.
+        replicated = NamedSharding(self.mesh, P())
+        return jax.tree.map(lambda x: x if isinstance(x.sharding, NamedSharding)
+                            and x.sharding.mesh == self.mesh else jax.device_put(x, replicated),
+                            state)
+
+    # -- data ------------------------------------------------------------------------------------
+
+    @property
+    def row_multiple(self) -> int:
+        shape = dict(self.mesh.shape)
+        return shape["data"] * shape["fsdp"] * shape["expert"] * self.s.minibatches
+
+    def make_batch(self, samples):
+        """Pack and shard samples; returns (Batch on the mesh, Packed host layout)."""
+        packed = pack(samples, buckets=self.buckets, num_layers=self.cfg.num_hidden_layers,
+                      top_k=self.cfg.num_experts_per_tok, row_multiple=self.row_multiple,
+                      packing=self.s.packing, overlong=self.s.overlong)
+        return shard_batch(packed.batch, self.mesh, self.rules), packed
+
+    # -- compiled steps --------------------------------------------------------------------------
+
+    def state_shardings(self):
+        return jax.tree.map(lambda x: x.sharding, self.state)
+
+    def _jit(self, name: str, fn, batch: Batch):
+        key = (name, batch.tokens.shape)
+        if key not in self._compiled:
+            state_sh = self.state_shardings()
+            self._compiled[key] = jax.jit(
+                fn, in_shardings=(state_sh, batch_shardings(batch, self.mesh, self.rules)),
+                out_shardings=(state_sh, None), donate_argnums=(0,))
+        return self._compiled[key]
+
+    def _run(self, name: str, fn, samples_or_batch):
+        batch, packed = (samples_or_batch, None) if isinstance(samples_or_batch, Batch) \
+            else self.make_batch(samples_or_batch)
+        step = self._jit(name, fn, batch)
+        t0 = time.perf_counter()
+        with jax.set_mesh(self.mesh):
+            self.state, metrics = step(self.state, batch)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        seconds = time.perf_counter() - t0
+        real = float(jnp.sum(batch.segment_ids > 0))
+        metrics.update({"perf/step_seconds": seconds, "perf/tokens_per_s": real / seconds,
+                        "perf/padding_frac": 1.0 - real / batch.tokens.size,
+                        "perf/rows": batch.tokens.shape[0], "perf/length": batch.tokens.shape[1]})
+        if packed is not None:
+            metrics["batch/dropped_overlong"] = len(packed.dropped)
+        if not isinstance(samples_or_batch, Batch):
+            metrics.update(metrics_lib.sample_stats(samples_or_batch))
+        return metrics
+
+    def ppo_step(self, samples_or_batch) -> dict:
+        return self._run("ppo", functools.partial(ppo_step, self.actor_def, self.critic_def,
+                                                  self.actor_tx, self.critic_tx, self.s),
+                         samples_or_batch)
+
+    def critic_step(self, samples_or_batch) -> dict:
+        """Critic Warm-Up: the critic alone on the frozen actor's rollouts."""
+        return self._run("critic", functools.partial(critic_step, self.critic_def,
+                                                     self.critic_tx, self.s), samples_or_batch)
+
+    def sft_step(self, samples_or_batch) -> dict:
+        return self._run("sft", functools.partial(sft_step, self.actor_def, self.actor_tx,
+                                                  self.s), samples_or_batch)
+
+    def actor_model(self) -> CausalLM:
+        """The current policy as a module (e.g. for export_hf or an engine's load_weights)."""
+        return nnx.merge(self.actor_def, self.state.actor)
+
+
+# -- pure step functions (jitted by Trainer) ---------------------------------------------------
+
+def _critic_phase(critic_def, critic_tx, s: Settings, state: TrainState, batch: Batch,
+                  rewards):
+    """Pre-update values, GAE, critic update. Returns (critic, opt, metrics, values, adv, ret)."""
+    mask = batch.loss_mask
+    old_values = jax.lax.stop_gradient(critic_lib.critic_values(critic_def, state.critic, batch))
+    advantages, returns = ppo.gae(rewards, old_values, mask, batch.trial_ids, s.gamma, s.lam)
+    critic, critic_opt, m = _train(critic_lib.critic_loss(critic_def, s.value_clip),
+                                   state.critic, state.critic_opt, critic_tx,
+                                   (batch, old_values, returns), s)
+    m = {k if k.startswith("critic/") else f"critic/{k}": v for k, v in m.items()}
+    m["critic/explained_variance"] = ppo.explained_variance(old_values, returns, mask)
+    m["critic/returns_mean"] = ppo.masked_mean(returns, mask)
+    return critic, critic_opt, m, old_values, advantages, returns
+
+
+def critic_step(critic_def, critic_tx, s: Settings, state: TrainState, batch: Batch):
+    critic, critic_opt, m, *_ = _critic_phase(critic_def, critic_tx, s, state, batch,
+                                              batch.rewards)
+    return dataclasses.replace(state, step=state.step + 1, critic=critic,
+                               critic_opt=critic_opt), m
+
+
+def _actor_forward(actor_def, params, batch: Batch, replay: bool):
+    out = nnx.merge(actor_def, params)(batch.tokens, batch.positions, batch.segment_ids,
+                                        routes=batch.routes if replay else None)
+    return out
+
+
+def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: TrainState,
+             batch: Batch):
+    mask = batch.loss_mask
+    # 1. the actor before the update: the log-probs PPO's ratio and the mismatch metrics use
+    old_out = _actor_forward(actor_def, state.actor, batch, s.r3)
+    train_logp = jax.lax.stop_gradient(token_logprobs(old_out.logits, batch.tokens,
+                                                      s.temperature))
+    metrics = metrics_lib.mismatch(train_logp, batch.rollout_logprobs, mask,
+                                   old_out.free_routes, batch.routes, batch.segment_ids > 0)
+    old_logp = train_logp if s.old_logprobs == "recompute" else batch.rollout_logprobs
+    rewards = batch.rewards
+    ref_logp = None
+    if s.uses_reference:
+        ref_out = _actor_forward(actor_def, state.reference, batch, s.r3)
+        ref_logp = jax.lax.stop_gradient(token_logprobs(ref_out.logits, batch.tokens,
+                                                        s.temperature))
+        kl = (train_logp - ref_logp) * mask
+        metrics["actor/kl_to_reference"] = ppo.masked_mean(kl, mask)
+        rewards = rewards - s.kl_reward_coef * kl
+    # 2-3. critic first, on its pre-update values; the actor gets the same values' advantages
+    critic, critic_opt, critic_metrics, _, advantages, _ = _critic_phase(
+        critic_def, critic_tx, s, state, batch, rewards)
+    metrics.update(critic_metrics)
+    metrics.update({"advantages/mean": ppo.masked_mean(advantages, mask),
+                    "advantages/std": jnp.sqrt(ppo.masked_var(advantages, mask)),
+                    "advantages/max": jnp.max(jnp.where(mask > 0, advantages, -jnp.inf)),
+                    "advantages/min": jnp.min(jnp.where(mask > 0, advantages, jnp.inf))})
+    if s.normalize_advantages:
+        advantages = ppo.masked_whiten(advantages, mask)
+    tis = None
+    if s.tis:
+        tis = ppo.truncated_importance_weights(train_logp, batch.rollout_logprobs, s.tis_cap)
+        metrics["actor/tis_capped_frac"] = ppo.masked_mean(
+            (jnp.exp(train_logp - batch.rollout_logprobs) > s.tis_cap).astype(jnp.float32), mask)
+    # 4. the actor
+    def actor_loss(params, batch, old_logp, advantages, tis, ref_logp):
+        out = _actor_forward(actor_def, params, batch, s.r3)
+        logp = token_logprobs(out.logits, batch.tokens, s.temperature)
+        loss, clip_frac, approx_kl = ppo.policy_loss(logp, old_logp, advantages,
+                                                     batch.loss_mask, s.clip_eps, tis)
+        aux = {"actor/pg_loss": loss, "actor/clip_frac": clip_frac, "actor/approx_kl": approx_kl,
+               "actor/load_balancing": out.aux_loss}
+        if s.kl_loss_coef > 0:
+            kl = ppo.masked_mean(ppo.k3_kl(ref_logp, logp), batch.loss_mask)
+            loss, aux["actor/kl_loss"] = loss + s.kl_loss_coef * kl, kl
+        if s.entropy_coef > 0:
+            ent = jnp.pad(ppo.entropy(out.logits[:, :-1], s.temperature), ((0, 0), (1, 0)))
+            ent = ppo.masked_mean(ent, batch.loss_mask)
+            loss, aux["actor/entropy"] = loss - s.entropy_coef * ent, ent
+        if s.load_balancing_coef > 0:
+            loss = loss + s.load_balancing_coef * out.aux_loss
+        return loss, aux
+
+    actor, actor_opt, actor_metrics = _train(actor_loss, state.actor, state.actor_opt, actor_tx,
+                                             (batch, old_logp, advantages, tis, ref_logp), s)
+    metrics.update({k if k.startswith("actor/") else f"actor/{k}": v
+                    for k, v in actor_metrics.items()})
+    new_state = dataclasses.replace(state, step=state.step + 1, actor=actor, critic=critic,
+                                    actor_opt=actor_opt, critic_opt=critic_opt)
+    return new_state, metrics
+
+
+def sft_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch):
+    """Supervised warm start: token-mean cross-entropy on the masked (assistant) tokens."""
+    def loss(params, batch):
+        out = _actor_forward(actor_def, params, batch, replay=False)
+        logp = token_logprobs(out.logits, batch.tokens, 1.0)
+        nll = ppo.masked_mean(-logp, batch.loss_mask)
+        return nll, {"sft/nll": nll,
+                     "sft/token_accuracy": ppo.masked_mean(
+                         (jnp.argmax(out.logits[:, :-1], -1) == batch.tokens[:, 1:])
+                         .astype(jnp.float32), batch.loss_mask[:, 1:])}
+
+    actor, actor_opt, m = _train(loss, state.actor, state.actor_opt, actor_tx, (batch,), s)
+    m = {k if k.startswith("sft/") else f"sft/{k}": v for k, v in m.items()}
+    return dataclasses.replace(state, step=state.step + 1, actor=actor, actor_opt=actor_opt), m
