@@ -20,6 +20,7 @@ the abstract target is an ``nnx.State`` of the same structure. ``meta`` is one J
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,17 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 from jax.sharding import Sharding
+
+
+
+class _QuietOrbax(logging.Filter):
+    """Orbax narrates every save at INFO (a dozen lines per step); keep its warnings only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or "/orbax/" not in record.pathname
+
+
+logging.getLogger("absl").addFilter(_QuietOrbax())
 
 META_ITEM = "meta"
 # StandardSave refuses a bare array; an item that is a single leaf is stored as {LEAF_KEY: leaf}.

@@ -5,6 +5,7 @@ MODES = {
     "synth": "t1jax.jobs.synth",
     "audit": "t1jax.jobs.audit",
     "pool": "t1jax.jobs.pool",
+    "train": "t1jax.jobs.train",
 }
 
 

@@ -186,8 +186,10 @@ class Trainer:
         return self._compiled[key]
 
     def _run(self, name: str, fn, samples_or_batch):
-        batch, packed = (samples_or_batch, None) if isinstance(samples_or_batch, Batch) \
-            else self.make_batch(samples_or_batch)
+        if isinstance(samples_or_batch, Batch):  # placed like make_batch's: one compile
+            batch, packed = shard_batch(samples_or_batch, self.mesh, self.rules), None
+        else:
+            batch, packed = self.make_batch(samples_or_batch)
         step = self._jit(name, fn, batch)
         t0 = time.perf_counter()
         with jax.set_mesh(self.mesh):

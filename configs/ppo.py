@@ -1,0 +1,74 @@
+"""Train with the T1 recipe's stages on the tiny model (CPU). One file, three stages:
+
+  # SFT warm start on oracle solutions turned into agent conversations
+  python experiments/run.py --config configs/ppo.py:sft --workdir runs/sft
+  # Critic Warm-Up: the critic alone on rollouts of the frozen SFT policy
+  python experiments/run.py --config configs/ppo.py:critic_warmup --workdir runs/warmup \
+      --config.init.actor=runs/sft/checkpoints
+  # PPO from the SFT actor and the warmed-up critic (parameters only)
+  python experiments/run.py --config configs/ppo.py --workdir runs/ppo \
+      --config.init.actor=runs/sft/checkpoints --config.init.critic=runs/warmup/checkpoints
+
+Re-running a command with the same workdir resumes from its last checkpoint. Ablations are
+flags: --config.rl.r3=False, --config.rl.tis=True, --config.schedule=one_step_off, ...
+Replay recorded rollouts (no sandboxes): --config.rollouts.source=recorded
+--config.rollouts.recorded_dir=runs/ppo/rollouts
+"""
+
+import ml_collections
+
+from configs.common import rl_config, sandbox_config
+from configs.model import tiny
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.mode = "train"
+    config.stage = arg or "ppo"  # ppo | critic_warmup | sft
+    config.seed = 0
+    config.steps = {"sft": 40, "critic_warmup": 4}.get(config.stage, 8)
+    config.schedule = "sync"  # sync | one_step_off (rollouts of t+1 overlap training of t)
+
+    base = tiny.get_config()
+    config.model, config.mesh = base.model, base.mesh
+
+    config.rl = rl_config()
+    config.rl.actor_lr = 1e-4  # tiny models want far larger steps than T1's 122B
+    config.rl.critic_lr = 1e-4
+    config.rl.max_length = 1024
+
+    config.rollouts = ml_collections.ConfigDict()
+    config.rollouts.source = "live"  # live (engine + sandboxes) | recorded
+    config.rollouts.recorded_dir = ""  # step_*/ folders of .npz samples (what live writes)
+    config.rollouts.pool_dir = ""  # default: the bundled tasks
+    config.rollouts.task_filter = ""  # comma-separated task ids; "" = all
+    config.rollouts.heldout_dirs = ""  # comma-separated benchmark dirs never to train on
+    config.rollouts.tokenizer = ""  # tokenizer.json (default: trained offline, cached)
+    config.rollouts.batch_size = 4  # trials per step (one sample per trial)
+    config.rollouts.oversample = 1.5  # launch this many times more, admit the first to finish
+    config.rollouts.carry_over = True  # unfinished trials continue next step (not dropped)
+    config.rollouts.max_turns = 8
+    config.rollouts.max_new_tokens = 96  # per turn
+    config.rollouts.engine_batch = 8  # sequences the embedded engine decodes together
+
+    config.sft = ml_collections.ConfigDict()
+    config.sft.data_dir = ""  # .npz samples; default: build from oracle solutions in workdir
+    config.sft.batch_size = 4
+    config.sft.lr = 3e-4
+
+    config.init = ml_collections.ConfigDict()
+    config.init.actor = ""  # checkpoints dir whose actor starts the policy (SFT warm start)
+    config.init.critic = ""  # checkpoints dir whose critic parameters start the critic
+
+    config.checkpoint = ml_collections.ConfigDict()
+    config.checkpoint.every = 1
+    config.checkpoint.keep = 3
+    config.checkpoint.async_save = True
+
+    config.sandbox = sandbox_config()
+    config.sandbox.concurrency = 2
+    config.verifier = ml_collections.ConfigDict()
+    config.verifier.mode = "script"
+    config.verifier.global_scale = 0.0
+    config.verifier.scale_quantile = 0.9
+    return config

@@ -1,0 +1,154 @@
+"""Training stages (configs/ppo.py): SFT warm start, Critic Warm-Up, PPO -- one loop, resumable.
+
+Each stage writes `checkpoints/`, `metrics.jsonl`, `tensorboard/` (and, with live rollouts,
+`rollouts/step_*/` samples) to the workdir; a later stage starts from an earlier one's
+checkpoint through `init.actor` (SFT) and `init.critic` (Critic Warm-Up, parameters only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from absl import logging
+
+from t1jax.jobs import UsageError
+
+STAGES = ("ppo", "critic_warmup", "sft")
+SCHEDULES = ("sync", "one_step_off")
+SOURCES = ("live", "recorded")
+
+
+def _check(config) -> None:
+    if config.stage not in STAGES:
+        raise UsageError(f"config.stage={config.stage!r}; choose one of {STAGES}")
+    if config.schedule not in SCHEDULES:
+        raise UsageError(f"config.schedule={config.schedule!r}; choose one of {SCHEDULES}")
+    if config.rollouts.source not in SOURCES:
+        raise UsageError(f"config.rollouts.source={config.rollouts.source!r}; choose one of "
+                         f"{SOURCES}")
+    if config.rollouts.source == "recorded" and not config.rollouts.recorded_dir \
+            and config.stage != "sft":
+        raise UsageError("config.rollouts.source='recorded' needs config.rollouts.recorded_dir")
+    if config.steps < 1:
+        raise UsageError(f"config.steps must be >= 1, got {config.steps}")
+
+
+def _sft_source(config, trainer, workdir: Path):
+    from t1jax.rl.loop import DatasetBatches
+    from t1jax.rl.sft_data import load_samples, oracle_samples, save_samples
+    data_dir = Path(config.sft.data_dir) if config.sft.data_dir else workdir / "sft_data"
+    if not (data_dir.is_dir() and any(data_dir.glob("*.npz"))):
+        if config.sft.data_dir:
+            raise UsageError(f"config.sft.data_dir={data_dir} holds no .npz samples")
+        tasks, backend, tok, scale, limits = _task_stack(config)
+        samples, skipped = oracle_samples(
+            tasks, backend, tok, scale, num_layers=trainer.cfg.num_hidden_layers,
+            top_k=trainer.cfg.num_experts_per_tok, workers=config.sandbox.concurrency,
+            limits=limits, max_len=config.rl.max_length)
+        for task_id, why in skipped:
+            logging.warning("SFT data: skipped %s: %s", task_id, why)
+        save_samples(samples, data_dir)
+    return DatasetBatches(load_samples(data_dir), config.sft.batch_size, config.seed)
+
+
+def _task_stack(config):
+    from t1jax.rollout.tokenizer import load_or_train
+    from t1jax.sandbox.backend import make_backend
+    from t1jax.sandbox.base import Limits
+    from t1jax.tasks.decontam import check_pool
+    from t1jax.tasks.pool import default_pool_dir, load_pool
+    from t1jax.tasks.validate import pool_scale
+    pool_dir = Path(config.rollouts.pool_dir) if config.rollouts.pool_dir else default_pool_dir()
+    tasks = load_pool(pool_dir).tasks
+    if config.rollouts.task_filter:
+        wanted = set(config.rollouts.task_filter.split(","))
+        missing = wanted - {t.task_id for t in tasks}
+        if missing:
+            raise UsageError(f"config.rollouts.task_filter names unknown tasks: {sorted(missing)}")
+        tasks = [t for t in tasks if t.task_id in wanted]
+    if config.rollouts.heldout_dirs:  # decontamination: refuse to train on held-out tasks
+        check_pool(tasks, [d for d in config.rollouts.heldout_dirs.split(",") if d])
+    options = {}
+    if config.sandbox.backend == "docker":
+        options = dict(runtime=config.sandbox.runtime or None,
+                       build_network=config.sandbox.build_network)
+    backend = make_backend(config.sandbox.backend, **options)
+    backend.reap()
+    tok = load_or_train(config.rollouts.tokenizer or str(Path.home() / ".cache" / "t1jax" /
+                                                          "tokenizer-512.json"))
+    scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
+    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
+                    default_timeout_s=config.sandbox.command_timeout_s)
+    return tasks, backend, tok, scale, limits
+
+
+def _live_source(config, trainer, workdir: Path):
+    from t1jax.rl.loop import LiveRollouts
+    from t1jax.rollout.engine import SamplingParams
+    from t1jax.rollout.jax_engine import JaxEngine
+    from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
+    from t1jax.tasks.sampler import EpochSampler
+    tasks, backend, tok, scale, limits = _task_stack(config)
+    r = config.rollouts
+    engine = JaxEngine(trainer.actor_model(), max_batch=r.engine_batch,
+                       max_len=config.rl.max_length)
+    sampling = SamplingParams(temperature=config.rl.temperature, max_new_tokens=r.max_new_tokens)
+    trial = episode_trial(backend, engine, tok, {t.task_id: t for t in tasks}, scale=scale,
+                          sampling=sampling, limits=limits, run_id=f"train-{workdir.name}",
+                          verifier_mode=config.verifier.mode, max_turns=r.max_turns,
+                          max_tokens=config.rl.max_length,
+                          command_timeout_s=config.sandbox.command_timeout_s,
+                          max_observation_bytes=config.sandbox.max_output_bytes)
+    scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
+    return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
+                        batch_size=r.batch_size, oversample=r.oversample,
+                        carry_over=r.carry_over, record_dir=workdir / "rollouts")
+
+
+def run(config, workdir: Path) -> int:
+    _check(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn, TimeRemainingColumn
+
+    from t1jax.model.config import model_config_from
+    from t1jax.rl import loop
+    from t1jax.rl.trainer import Trainer
+    from t1jax.sharding import mesh_from_config
+
+    import jax
+    devices = jax.devices(config.mesh.devices) if config.mesh.get("devices") else None
+    n = config.mesh.data * config.mesh.fsdp * config.mesh.expert * config.mesh.tensor
+    mesh = mesh_from_config(config.mesh, None if devices is None else devices[:n])
+    trainer = Trainer(model_config_from(config.model), config.rl, mesh, seed=config.seed,
+                      actor_lr=config.sft.lr if config.stage == "sft" else None)
+    fresh = not (workdir / "checkpoints").is_dir()
+    if fresh and config.init.actor:
+        logging.info("actor from %s (step %d)", config.init.actor,
+                     loop.load_actor_only(trainer, config.init.actor))
+    if fresh and config.init.critic:
+        logging.info("critic from %s (step %d)", config.init.critic,
+                     loop.load_critic_only(trainer, config.init.critic))
+    if config.stage == "sft":
+        source = _sft_source(config, trainer, workdir)
+    elif config.rollouts.source == "recorded":
+        source = loop.RecordedRollouts(config.rollouts.recorded_dir)
+    else:
+        source = _live_source(config, trainer, workdir)
+    options = loop.LoopOptions(steps=config.steps, stage=config.stage, schedule=config.schedule,
+                               checkpoint_every=config.checkpoint.every,
+                               keep_checkpoints=config.checkpoint.keep,
+                               async_checkpoints=config.checkpoint.async_save)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
+    key = {"ppo": "reward/mean", "critic_warmup": "critic/explained_variance",
+           "sft": "sft/nll"}[config.stage]
+    with Progress(*columns) as progress:
+        bar = progress.add_task(config.stage, total=config.steps, info="")
+
+        def tick(step, metrics):
+            progress.update(bar, completed=step, info=f"{key} {metrics.get(key, float('nan')):.4f}")
+
+        loop.run(trainer, source, workdir, options, config_json=config.to_json_best_effort(),
+                 progress=tick)
+    logging.info("finished %s: %d steps in %s", config.stage, config.steps, workdir)
+    return 0

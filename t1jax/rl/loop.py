@@ -1,0 +1,248 @@
+"""The training pipeline: rollouts in, trainer steps, weights out, checkpoints and metrics.
+
+Two schedules, as in the T1 report:
+  sync          collect(t) with weights w_t -> train(t) -> publish w_{t+1}
+  one_step_off  collect(t+1) runs in a thread while train(t) runs, so step t+1's rollouts come
+                from w_t (one step stale); publish w_{t+1} once both are done.
+A rollout source is either live (agent episodes in sandboxes through an engine; every step's
+samples are also written to the workdir) or recorded (a directory of such steps, replayed: the
+exact-resume tests and offline ablations use it).
+
+Resume: the checkpoint holds the train state, the step, the rollout source's position (task
+sampler epoch and offset) and the config; a restarted run continues from the last finished
+checkpoint, and `metrics.jsonl` keeps one row per step.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import jax
+from absl import logging
+
+from t1jax.checkpoint import Checkpointer, abstract_like
+from t1jax.metrics_log import MetricWriter
+from t1jax.rl.sft_data import load_samples, save_samples
+
+STATE_ITEMS = ("step", "actor", "critic", "actor_opt", "critic_opt", "reference")
+
+
+class RecordedRollouts:
+    """Replays `directory/step_00000/*.npz`, ... (what LiveRollouts writes)."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise FileNotFoundError(f"recorded rollouts: no directory {self.directory}")
+        self.steps = sorted(p for p in self.directory.glob("step_*") if p.is_dir())
+        if not self.steps:
+            raise FileNotFoundError(f"recorded rollouts: no step_* folders in {self.directory}")
+        self.published: list[str] = []
+
+    def collect(self, step: int):
+        """Step `step` reads folder `step` modulo the number recorded (a short recording
+        can drive a longer run)."""
+        return load_samples(self.steps[step % len(self.steps)])
+
+    def publish(self, trainer, version: str) -> None:
+        self.published.append(version)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class LiveRollouts:
+    """Agent episodes for real: tasks drawn by the epoch sampler, run by the rollout scheduler
+    (oversampling, carry-over), through an engine that gets each new policy published."""
+
+    def __init__(self, scheduler, tasks: list, sampler, engine, *, batch_size: int,
+                 oversample: float = 1.5, carry_over: bool = True, record_dir=None,
+                 publish=None):
+        self.scheduler, self.tasks, self.sampler, self.engine = scheduler, tasks, sampler, engine
+        self.batch_size, self.oversample, self.carry_over = batch_size, oversample, carry_over
+        self.record_dir = Path(record_dir) if record_dir else None
+        self._publish = publish
+        self._carried: list = []
+        self._next_attempt = 0  # unique per trial of the run: (task, attempt) names a sample
+        self.last_result = None
+
+    def collect(self, step: int):
+        from t1jax.rollout.scheduler import TrialRequest
+        want = max(0, math.ceil(self.batch_size * self.oversample) - len(self._carried))
+        fresh = []
+        for i in self.sampler.take(want):
+            fresh.append(TrialRequest(self.tasks[i].task_id, attempt=self._next_attempt))
+            self._next_attempt += 1
+        requests = self._carried + fresh
+        result = self.scheduler.collect(requests, self.batch_size, oversample=self.oversample,
+                                        carry_over=self.carry_over)
+        self._carried = result.carried
+        self.last_result = result
+        for failed in result.failed:
+            logging.warning("trial failed: %s", failed.error)
+        if not result.samples:
+            raise RuntimeError(f"step {step}: no trial finished ({len(result.failed)} failed); "
+                               "see the warnings above")
+        if self.record_dir is not None:
+            save_samples(result.samples, self.record_dir / f"step_{step:05d}")
+        return result.samples
+
+    def publish(self, trainer, version: str) -> None:
+        if self._publish is not None:
+            self._publish(trainer, version)
+        else:  # an in-process engine: hand it the parameters directly
+            self.engine.load_weights(trainer.state.actor, version)
+
+    def state_dict(self) -> dict:
+        """Carried (unfinished) trials are not part of it: a resumed run starts them afresh."""
+        return {"sampler": self.sampler.state_dict(), "next_attempt": self._next_attempt}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "sampler" in state:
+            self.sampler.load_state_dict(state["sampler"])
+        self._next_attempt = int(state.get("next_attempt", 0))
+
+
+@dataclasses.dataclass
+class LoopOptions:
+    steps: int
+    stage: str = "ppo"  # ppo | critic_warmup | sft
+    schedule: str = "sync"  # sync | one_step_off
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 3
+    async_checkpoints: bool = True
+
+
+def state_items(state) -> dict:
+    items = {name: getattr(state, name) for name in STATE_ITEMS}
+    return {k: v for k, v in items.items() if v is not None}
+
+
+def restore_trainer(trainer, checkpointer: Checkpointer, step=None) -> dict:
+    """Load the full train state (same mesh layout as the live one); returns the meta."""
+    target = abstract_like(state_items(trainer.state))
+    restored, meta = checkpointer.restore(target, step)
+    trainer.state = dataclasses.replace(trainer.state, **restored)
+    return meta
+
+
+def load_critic_only(trainer, directory) -> int:
+    """Take the critic parameters of another run (Critic Warm-Up) and nothing else: no
+    optimizer moments cross runs. Returns the step they came from."""
+    with Checkpointer(directory, async_save=False) as source:
+        step = source.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no finished checkpoint in {directory} to take a critic from")
+        critic = source.restore_items({"critic": abstract_like(trainer.state.critic)}, step)
+    trainer.state = dataclasses.replace(trainer.state, critic=critic["critic"])
+    return step
+
+
+def load_actor_only(trainer, directory) -> int:
+    """Start the policy from another run's actor (the SFT warm start); the reference policy
+    for KL terms becomes that actor too."""
+    with Checkpointer(directory, async_save=False) as source:
+        step = source.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no finished checkpoint in {directory} to take an actor from")
+        actor = source.restore_items({"actor": abstract_like(trainer.state.actor)}, step)["actor"]
+    updates = {"actor": actor}
+    if trainer.state.reference is not None:
+        updates["reference"] = jax.tree.map(lambda x: x.copy(), actor)
+    trainer.state = dataclasses.replace(trainer.state, **updates)
+    return step
+
+
+def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{}",
+        progress=None) -> list[dict]:
+    """Train `options.steps` steps (counting from a resumed checkpoint); returns the metrics
+    of the steps run in this call. progress(step, metrics) is called after each step."""
+    workdir = Path(workdir)
+    ckpt_dir = workdir / "checkpoints"
+    step_fn = {"ppo": trainer.ppo_step, "critic_warmup": trainer.critic_step,
+               "sft": trainer.sft_step}[options.stage]
+    publishes = options.stage == "ppo"
+    history = []
+    with Checkpointer(ckpt_dir, keep=options.keep_checkpoints,
+                      async_save=options.async_checkpoints) as checkpointer:
+        start = 0
+        if checkpointer.latest_step() is not None:
+            meta = restore_trainer(trainer, checkpointer)
+            start = int(meta["step"])
+            source.load_state_dict(meta.get("source", {}))
+            logging.info("resumed from %s at step %d", ckpt_dir, start)
+        if start >= options.steps:
+            return history
+        if publishes:  # the engines sample from this policy (restored, or loaded from SFT)
+            source.publish(trainer, str(start))
+        # rows are numbered by finished steps (1..), so keep those up to the checkpoint
+        with MetricWriter(workdir, resume_step=start + 1) as writer, \
+                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout") as pool:
+            pending = None
+            for step in range(start, options.steps):
+                t0 = time.perf_counter()
+                samples = pending.result() if pending is not None else source.collect(step)
+                rollout_wait = time.perf_counter() - t0
+                # what a resume after this step must restart from: before any prefetch
+                source_state = source.state_dict()
+                pending = None
+                if options.schedule == "one_step_off" and step + 1 < options.steps:
+                    pending = pool.submit(source.collect, step + 1)
+                metrics = step_fn(samples)
+                if pending is not None:  # one step off: the next rollouts finish first
+                    concurrent.futures.wait([pending])
+                if publishes:
+                    source.publish(trainer, str(step + 1))
+                metrics.update({"perf/rollout_wait_s": rollout_wait,
+                                "perf/wall_s": time.perf_counter() - t0,
+                                "weights/version": step + 1})
+                writer.write(step + 1, metrics)
+                writer.flush()  # on disk before the checkpoint that makes this step final
+                history.append(metrics)
+                done = step + 1
+                if done % options.checkpoint_every == 0 or done == options.steps:
+                    checkpointer.save(done, state_items(trainer.state),
+                                      {"step": done, "source": source_state,
+                                       "config": json.loads(config_json),
+                                       "metrics": {k: v for k, v in metrics.items()
+                                                   if isinstance(v, (int, float))}})
+                if progress is not None:
+                    progress(done, metrics)
+        checkpointer.wait()
+    return history
+
+
+class DatasetBatches:
+    """A fixed dataset (SFT), served `batch_size` samples per step in a seeded permutation
+    per epoch; its position is a function of the step, so resuming needs no state."""
+
+    def __init__(self, samples, batch_size: int, seed: int = 0):
+        if not samples:
+            raise ValueError("the dataset is empty")
+        self.samples, self.batch_size, self.seed = list(samples), int(batch_size), seed
+
+    def collect(self, step: int):
+        import numpy as np
+        n, out = len(self.samples), []
+        for k in range(step * self.batch_size, (step + 1) * self.batch_size):
+            epoch, i = divmod(k, n)
+            order = np.random.default_rng([self.seed, epoch]).permutation(n)
+            out.append(self.samples[order[i]])
+        return out
+
+    def publish(self, trainer, version: str) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

@@ -1,0 +1,457 @@
+"""PPO's math (t1jax/rl/ppo.py) against plain numpy references, the packer (t1jax/rl/batch.py)
+and the rl Settings: no model, fast.
+
+GAE's reference is the textbook recursion run over each trial's sampled tokens in order
+(observations are not MDP steps), with V after a trial's last action = 0."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs.common import rl_config
+from t1jax.rl import ppo
+from t1jax.rl.batch import OverlongSample, bucket_lengths, pack
+from t1jax.rl.trainer import Settings
+from t1jax.rollout.sample import Sample
+
+# -- GAE ---------------------------------------------------------------------------------------
+
+
+def gae_reference(rewards, values, mask, trial_ids, gamma, lam):
+    """Per row, per trial: compress the sampled tokens and run textbook GAE over them."""
+    adv = np.zeros_like(values, np.float64)
+    for b in range(rewards.shape[0]):
+        for trial in np.unique(trial_ids[b]):
+            if trial == 0:
+                continue
+            idx = np.flatnonzero((trial_ids[b] == trial) & (mask[b] > 0))
+            r, v = rewards[b, idx].astype(np.float64), values[b, idx].astype(np.float64)
+            next_v = np.append(v[1:], 0.0)
+            delta = r + gamma * next_v - v
+            a, acc = np.zeros(len(idx)), 0.0
+            for i in reversed(range(len(idx))):
+                acc = delta[i] + gamma * lam * acc
+                a[i] = acc
+            adv[b, idx] = a
+    returns = (adv + values) * (mask > 0)
+    return adv, returns
+
+
+def random_gae_inputs(seed, rows=3, length=48, dense_rewards=True):
+    """Rows of several trials (each: prompt, assistant turns, observation gaps), then padding."""
+    rng = np.random.RandomState(seed)
+    mask = np.zeros((rows, length), np.float32)
+    trial_ids = np.zeros((rows, length), np.int32)
+    rewards = np.zeros((rows, length), np.float32)
+    for b in range(rows):
+        pos, trial = 0, 1
+        while pos < length - 8:
+            n = rng.randint(4, 16)
+            n = min(n, length - 4 - pos)
+            trial_ids[b, pos:pos + n] = trial
+            m = (rng.rand(n) < 0.6).astype(np.float32)  # runs of 0 = observation gaps
+            m[:2] = 0  # prompt
+            if trial % 3 == 0:
+                m[:] = 0  # a trial with nothing sampled
+            mask[b, pos:pos + n] = m
+            sampled = np.flatnonzero(m)
+            if len(sampled):
+                if dense_rewards:
+                    rewards[b, pos + sampled] = rng.randn(len(sampled)) * 0.1
+                rewards[b, pos + sampled[-1]] += rng.rand()  # the trial's reward
+            pos, trial = pos + n, trial + 1
+        # the rest of the row is padding: trial id 0, mask 0
+    values = rng.randn(rows, length).astype(np.float32)
+    return rewards, values, mask, trial_ids
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.99, 0.95), (0.9, 1.0), (1.0, 0.8),
+                                       (0.5, 0.0)])
+@pytest.mark.parametrize("dense", [True, False])
+def test_gae_matches_numpy_reference(gamma, lam, dense):
+    for seed in range(3):
+        rewards, values, mask, trial_ids = random_gae_inputs(seed, dense_rewards=dense)
+        adv, ret = ppo.gae(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask),
+                           jnp.asarray(trial_ids), gamma, lam)
+        ref_adv, ref_ret = gae_reference(rewards, values, mask, trial_ids, gamma, lam)
+        np.testing.assert_allclose(np.asarray(adv), ref_adv, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(ret), ref_ret, rtol=1e-5, atol=1e-5)
+        assert np.all(np.asarray(adv)[mask == 0] == 0) and np.all(np.asarray(ret)[mask == 0] == 0)
+
+
+def test_gae_gamma_lambda_one_is_return_minus_value():
+    rewards, values, mask, trial_ids = random_gae_inputs(7, dense_rewards=False)
+    adv, ret = ppo.gae(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask),
+                       jnp.asarray(trial_ids), 1.0, 1.0)
+    adv, ret = np.asarray(adv), np.asarray(ret)
+    for b in range(rewards.shape[0]):
+        for trial in set(trial_ids[b].tolist()) - {0}:
+            idx = np.flatnonzero((trial_ids[b] == trial) & (mask[b] > 0))
+            total = rewards[b, trial_ids[b] == trial].sum()  # the trial's reward R
+            np.testing.assert_allclose(adv[b, idx], total - values[b, idx], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ret[b, idx], total, rtol=1e-5, atol=1e-5)
+
+
+def test_gae_no_credit_between_adjacent_trials():
+    """Two trials back to back in a row: the second's reward never reaches the first."""
+    mask = np.array([[0, 1, 1, 0, 1, 1]], np.float32)
+    trial_ids = np.array([[1, 1, 1, 2, 2, 2]], np.int32)
+    rewards = np.array([[0, 0, 0, 0, 0, 5.0]], np.float32)
+    values = np.zeros_like(rewards)
+    adv, _ = ppo.gae(rewards, values, mask, trial_ids, 1.0, 1.0)
+    np.testing.assert_array_equal(np.asarray(adv), [[0, 0, 0, 0, 5, 5]])
+
+
+# -- policy and value losses -------------------------------------------------------------------
+
+
+def policy_loss_reference(logp, old_logp, adv, mask, eps, tis=None):
+    ratio = np.exp(logp - old_logp)
+    unclipped, clipped = -adv * ratio, -adv * np.clip(ratio, 1 - eps, 1 + eps)
+    per = np.maximum(unclipped, clipped) * (1.0 if tis is None else tis)
+    n = max(mask.sum(), 1.0)
+    return ((per * mask).sum() / n, ((clipped > unclipped) * mask).sum() / n,
+            (0.5 * (logp - old_logp) ** 2 * mask).sum() / n)
+
+
+def policy_inputs(seed=0, shape=(4, 32)):
+    rng = np.random.RandomState(seed)
+    old = -rng.rand(*shape).astype(np.float32) * 3
+    logp = (old + rng.randn(*shape) * 0.3).astype(np.float32)
+    adv = rng.randn(*shape).astype(np.float32)
+    mask = (rng.rand(*shape) < 0.7).astype(np.float32)
+    return logp, old, adv, mask
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.2])
+@pytest.mark.parametrize("with_tis", [False, True])
+def test_policy_loss_matches_numpy(eps, with_tis):
+    logp, old, adv, mask = policy_inputs()
+    tis = np.random.RandomState(3).rand(*logp.shape).astype(np.float32) * 2 if with_tis else None
+    got = ppo.policy_loss(logp, old, adv, mask, eps, None if tis is None else jnp.asarray(tis))
+    ref = policy_loss_reference(logp, old, adv, mask, eps, tis)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(float(g), r, rtol=1e-5, atol=1e-6)
+    assert 0 < float(got[1]) < 1  # some tokens clipped, some not
+
+
+def test_policy_loss_gradient_zero_where_clipped_on_the_wrong_side():
+    eps = 0.2
+    logp, old, adv, mask = policy_inputs(seed=1)
+    mask[:] = 1.0
+    grad = np.asarray(jax.grad(lambda lp: ppo.policy_loss(lp, old, adv, mask, eps)[0])(logp))
+    ratio = np.exp(logp - old)
+    wrong = ((adv > 0) & (ratio > 1 + eps)) | ((adv < 0) & (ratio < 1 - eps))
+    right = ~wrong
+    assert wrong.sum() > 5 and right.sum() > 5
+    np.testing.assert_array_equal(grad[wrong], 0.0)
+    # elsewhere: d/dlogp of -A * ratio / N
+    np.testing.assert_allclose(grad[right], (-adv * ratio / mask.sum())[right], rtol=1e-5,
+                               atol=1e-7)
+    # TIS weights scale the gradient but carry none themselves
+    tis = np.full_like(logp, 0.5)
+    g_tis = jax.grad(lambda lp, w: ppo.policy_loss(lp, old, adv, mask, eps, w)[0],
+                     argnums=(0, 1))(logp, tis)
+    np.testing.assert_allclose(np.asarray(g_tis[0]), 0.5 * grad, rtol=1e-5, atol=1e-8)
+    np.testing.assert_array_equal(np.asarray(g_tis[1]), 0.0)
+
+
+def test_policy_loss_mask_excludes_tokens():
+    logp, old, adv, mask = policy_inputs(seed=2)
+    garbage = np.where(mask > 0, logp, 50.0).astype(np.float32)
+    a = ppo.policy_loss(logp, old, adv, mask, 0.2)
+    b = ppo.policy_loss(garbage, old, adv, mask, 0.2)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(float(x), float(y), rtol=1e-6)
+
+
+@pytest.mark.parametrize("clip", [0.0, -1.0, 0.2, 0.5])
+def test_value_loss_matches_numpy(clip):
+    rng = np.random.RandomState(0)
+    v, old, ret = (rng.randn(3, 20).astype(np.float32) for _ in range(3))
+    mask = (rng.rand(3, 20) < 0.6).astype(np.float32)
+    loss, frac = ppo.value_loss(v, old, ret, mask, clip)
+    un = (v - ret) ** 2
+    if clip <= 0:
+        ref, ref_frac = 0.5 * (un * mask).sum() / mask.sum(), 0.0
+    else:
+        cl = (old + np.clip(v - old, -clip, clip) - ret) ** 2
+        ref = 0.5 * (np.maximum(un, cl) * mask).sum() / mask.sum()
+        ref_frac = ((cl > un) * mask).sum() / mask.sum()
+        assert ref_frac > 0
+    np.testing.assert_allclose(float(loss), ref, rtol=1e-5)
+    np.testing.assert_allclose(float(frac), ref_frac, rtol=1e-6)
+
+
+def test_truncated_importance_weights_cap():
+    old = np.array([-1.0, -1.0, -1.0, -5.0], np.float32)
+    roll = np.array([-1.0, -2.0, -0.5, -1.0], np.float32)
+    w = np.asarray(ppo.truncated_importance_weights(old, roll, 2.0))
+    np.testing.assert_allclose(w, [1.0, 2.0, np.exp(-0.5), np.exp(-4.0)], rtol=1e-6)
+    assert w.max() <= 2.0
+
+
+# -- KL, entropy, explained variance, whitening -------------------------------------------------
+
+
+def test_k3_nonnegative_and_zero_at_equality():
+    rng = np.random.RandomState(0)
+    a, b = rng.randn(1000).astype(np.float32) * 2, rng.randn(1000).astype(np.float32) * 2
+    assert np.all(np.asarray(ppo.k3_kl(a, b)) >= 0)
+    np.testing.assert_array_equal(np.asarray(ppo.k3_kl(a, a)), 0.0)
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.3])
+def test_k3_estimates_kl_of_the_sampling_distribution(scale):
+    """Samples x ~ q: mean k3(log p(x), log q(x)) -> KL(q || p), an exact sum over categories."""
+    rng = np.random.RandomState(1)
+    for _ in range(3):
+        zq = rng.randn(16)
+        zp = zq + scale * rng.randn(16)
+        logq = zq - np.log(np.exp(zq).sum())
+        logp = zp - np.log(np.exp(zp).sum())
+        exact = np.sum(np.exp(logq) * (logq - logp))
+        x = rng.choice(16, size=400_000, p=np.exp(logq) / np.exp(logq).sum())
+        est = float(jnp.mean(ppo.k3_kl(logp[x].astype(np.float32), logq[x].astype(np.float32))))
+        np.testing.assert_allclose(est, exact, rtol=0.05, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_entropy_matches_numpy(temperature):
+    logits = np.random.RandomState(0).randn(3, 5, 11).astype(np.float32) * 3
+    z = logits.astype(np.float64) / temperature
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ref = -(p * np.log(p)).sum(-1)
+    np.testing.assert_allclose(np.asarray(ppo.entropy(jnp.asarray(logits), temperature)), ref,
+                               rtol=1e-5, atol=1e-6)
+    uniform = ppo.entropy(jnp.zeros((7,)), 1.0)
+    np.testing.assert_allclose(float(uniform), np.log(7), rtol=1e-6)
+
+
+def test_explained_variance():
+    rng = np.random.RandomState(0)
+    ret = rng.randn(4, 16).astype(np.float32)
+    mask = (rng.rand(4, 16) < 0.5).astype(np.float32)
+    off = np.where(mask > 0, 0.0, 100.0 * rng.randn(4, 16)).astype(np.float32)
+    assert float(ppo.explained_variance(ret + off, ret, mask)) == pytest.approx(1.0, abs=1e-6)
+    const = np.full_like(ret, 3.0) + off
+    assert float(ppo.explained_variance(const, ret, mask)) == pytest.approx(0.0, abs=1e-5)
+    v = ret + 0.5 * rng.randn(4, 16).astype(np.float32)
+    m = mask > 0
+    ref = 1 - np.var(ret[m] - v[m]) / np.var(ret[m])
+    assert float(ppo.explained_variance(v + off * 0 + np.where(m, 0, 9.0), ret, mask)) == \
+        pytest.approx(ref, rel=1e-4)
+    worse = -ret  # anti-correlated: below 0
+    assert float(ppo.explained_variance(worse, ret, mask)) < 0
+
+
+def test_masked_whiten():
+    rng = np.random.RandomState(0)
+    x = (rng.randn(4, 16) * 3 + 2).astype(np.float32)
+    mask = (rng.rand(4, 16) < 0.5).astype(np.float32)
+    w = np.asarray(ppo.masked_whiten(x, mask))
+    m = mask > 0
+    assert np.all(w[~m] == 0)
+    np.testing.assert_allclose(w[m].mean(), 0.0, atol=1e-5)
+    np.testing.assert_allclose(w[m].std(), 1.0, rtol=1e-4)
+    np.testing.assert_allclose(w[m], (x[m] - x[m].mean()) / x[m].std(), rtol=1e-4, atol=1e-5)
+
+
+# -- pack ----------------------------------------------------------------------------------------
+
+LAYERS, K = 3, 2
+
+
+def make_sample(n, seed, *, chunk_starts=None, reward=None, task="t", routes_shape=None):
+    rng = np.random.RandomState(seed)
+    mask = np.zeros(n, np.int8)
+    mask[n // 4: n // 2] = 1  # assistant turn 1
+    mask[(3 * n) // 4: n - 1] = 1  # assistant turn 2 (the last token is an observation)
+    if chunk_starts is not None:
+        for c in chunk_starts[1:]:
+            mask[c] = 1  # a chunk's first token sampled: cannot be predicted inside the chunk
+    routes = rng.randint(0, 8, (n,) + (routes_shape or (LAYERS, K))).astype(np.int32)
+    return Sample(tokens=rng.randint(1, 100, n), loss_mask=mask,
+                  rollout_logprobs=np.where(mask, -rng.rand(n), 0.0), routes=routes,
+                  reward=0.25 + 0.5 * rng.rand() if reward is None else reward,
+                  metadata={"task_id": f"{task}{seed}", "attempt": 0},
+                  chunk_starts=chunk_starts)
+
+
+def do_pack(samples, buckets=(16, 32, 64), **kw):
+    return pack(samples, buckets=list(buckets), num_layers=LAYERS, top_k=K, **kw)
+
+
+def expected_mask(s):
+    mask = s.loss_mask.astype(np.float32).copy()
+    mask[s.chunk_starts] = 0
+    return mask
+
+
+def test_bucket_lengths():
+    assert bucket_lengths(32, 256) == [32, 64, 128, 256]
+    assert bucket_lengths(32, 100) == [32, 64, 100]
+    assert bucket_lengths(64, 64) == [64]
+
+
+def test_pack_round_trip_and_layout():
+    lengths = [20, 9, 30, 12, 7, 25, 16]
+    chunks = {2: [0, 11, 20], 5: [0, 13]}
+    samples = [make_sample(n, i, chunk_starts=chunks.get(i)) for i, n in enumerate(lengths)]
+    packed = do_pack(samples)
+    b = packed.batch
+    rows, length = b.shape
+    assert length == 32
+    assert sorted(p[0] for p in packed.placements) == list(range(len(samples)))
+    assert packed.dropped == []
+    assert len({p[1] for p in packed.placements}) < len(samples)  # really packed
+    covered = np.zeros((rows, length), bool)
+    for i, row, start, end in packed.placements:
+        s = samples[i]
+        assert end - start == len(s.tokens)
+        assert not covered[row, start:end].any()
+        covered[row, start:end] = True
+        np.testing.assert_array_equal(b.tokens[row, start:end], s.tokens)
+        np.testing.assert_array_equal(b.routes[row, start:end], s.routes)
+        np.testing.assert_array_equal(b.rollout_logprobs[row, start:end], s.rollout_logprobs)
+        np.testing.assert_array_equal(b.loss_mask[row, start:end], expected_mask(s))
+        # positions restart at every chunk, one segment id per chunk, one trial id throughout
+        bounds = list(s.chunk_starts) + [len(s.tokens)]
+        segs = []
+        for c0, c1 in zip(bounds[:-1], bounds[1:]):
+            np.testing.assert_array_equal(b.positions[row, start + c0:start + c1],
+                                          np.arange(c1 - c0))
+            seg = b.segment_ids[row, start + c0:start + c1]
+            assert seg[0] > 0 and np.all(seg == seg[0])
+            segs.append(seg[0])
+        assert len(set(segs)) == len(segs)
+        trial = b.trial_ids[row, start:end]
+        assert trial[0] > 0 and np.all(trial == trial[0])
+        # the reward once, on the last sampled token (in the last chunk)
+        r = b.rewards[row, start:end]
+        last = np.flatnonzero(expected_mask(s))[-1]
+        assert last >= s.chunk_starts[-1]
+        np.testing.assert_array_equal(np.flatnonzero(r), [last])
+        assert r[last] == np.float32(s.reward)
+    # ids distinct within a row across samples
+    for row in range(rows):
+        here = [p for p in packed.placements if p[1] == row]
+        seg_sets = [set(b.segment_ids[row, p[2]:p[3]].tolist()) for p in here]
+        trials = [b.trial_ids[row, p[2]] for p in here]
+        assert len(set(trials)) == len(trials)
+        flat = [x for ss in seg_sets for x in ss]
+        assert len(set(flat)) == len(flat)
+    # padding: segment 0 (attention-irrelevant), trial 0, no loss, no reward, routes -1
+    pad = ~covered
+    assert pad.any()
+    assert np.all(b.segment_ids[pad] == 0) and np.all(b.trial_ids[pad] == 0)
+    assert np.all(b.loss_mask[pad] == 0) and np.all(b.rewards[pad] == 0)
+    assert np.all(b.tokens[pad] == 0) and np.all(b.routes[pad] == -1)
+    # chunk-first tokens that were sampled: zeroed and counted (2 in sample 2, 1 in sample 5)
+    assert packed.fixed_chunk_starts == 3
+    dtypes = dict(tokens=np.int32, positions=np.int32, segment_ids=np.int32,
+                  trial_ids=np.int32, loss_mask=np.float32, rollout_logprobs=np.float32,
+                  routes=np.int32, rewards=np.float32)
+    for name, dt in dtypes.items():
+        assert getattr(b, name).dtype == dt, name
+    assert b.routes.shape == (rows, length, LAYERS, K)
+
+
+def test_pack_first_token_of_single_chunk_is_counted():
+    s = make_sample(10, 0)
+    s.loss_mask[0] = 1
+    packed = do_pack([s])
+    assert packed.fixed_chunk_starts == 1
+    assert packed.batch.loss_mask[0, 0] == 0
+
+
+def test_pack_zero_reward_trial_has_no_reward_and_empty_mask_trial_none():
+    s0 = make_sample(10, 0, reward=0.0)
+    s1 = make_sample(10, 1)
+    s1.loss_mask[:] = 0
+    packed = do_pack([s0, s1])
+    assert np.all(packed.batch.rewards == 0)
+
+
+@pytest.mark.parametrize("multiple", [1, 2, 3, 4])
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 7, 9])
+def test_pack_rows_rounded_to_multiple_times_power_of_two(multiple, count):
+    samples = [make_sample(20, i) for i in range(count)]
+    packed = do_pack(samples, buckets=(32,), row_multiple=multiple)  # 20 + 20 > 32: one per row
+    rows = packed.batch.shape[0]
+    need = -(-count // multiple)
+    power = 1
+    while power < need:
+        power *= 2
+    assert rows == multiple * power
+    assert rows >= count and rows % multiple == 0
+
+
+@pytest.mark.parametrize("longest,bucket", [(5, 16), (16, 16), (17, 32), (32, 32), (33, 64),
+                                            (64, 64)])
+def test_pack_picks_smallest_fitting_bucket(longest, bucket):
+    samples = [make_sample(longest, 0), make_sample(4, 1)]
+    assert do_pack(samples).batch.shape[1] == bucket
+
+
+def test_pack_overlong_raises_naming_the_task():
+    samples = [make_sample(20, 0), make_sample(65, 1, task="overlong-task-")]
+    with pytest.raises(OverlongSample, match="overlong-task-1") as err:
+        do_pack(samples)
+    assert "65" in str(err.value)
+
+
+def test_pack_overlong_drop_lists_it_and_keeps_the_rest_whole():
+    samples = [make_sample(20, 0), make_sample(65, 1), make_sample(30, 2)]
+    packed = do_pack(samples, overlong="drop")
+    assert [i for i, _ in packed.dropped] == [1]
+    assert "t1" in packed.dropped[0][1]
+    assert sorted(p[0] for p in packed.placements) == [0, 2]
+    for i, row, start, end in packed.placements:
+        np.testing.assert_array_equal(packed.batch.tokens[row, start:end], samples[i].tokens)
+    with pytest.raises(ValueError, match="overlong"):
+        do_pack([make_sample(65, 0)], overlong="drop")
+    with pytest.raises(ValueError):
+        do_pack(samples, overlong="truncate")
+
+
+def test_pack_without_packing_one_sample_per_row():
+    samples = [make_sample(n, i) for i, n in enumerate([5, 6, 7, 8])]
+    packed = do_pack(samples, packing=False)
+    rows = [p[1] for p in packed.placements]
+    assert len(set(rows)) == len(rows) == 4
+    assert all(p[2] == 0 for p in packed.placements)
+    assert do_pack(samples, packing=True).batch.shape[0] == 2  # 8+7 | 6+5 in 16
+
+
+def test_pack_route_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="routes"):
+        do_pack([make_sample(10, 0, routes_shape=(LAYERS, K + 1))])
+    with pytest.raises(ValueError, match="routes"):
+        do_pack([make_sample(10, 0, routes_shape=(LAYERS + 1, K))])
+
+
+# -- Settings ------------------------------------------------------------------------------------
+
+
+def test_settings_from_config():
+    s = Settings.from_config(rl_config())
+    assert s == Settings(**dict(rl_config().items()))
+    assert s.r3 and s.old_logprobs == "recompute" and not s.uses_reference
+    hash(s)
+    bad = rl_config()
+    bad.not_a_field = 1
+    with pytest.raises(ValueError, match="not_a_field"):
+        Settings.from_config(bad)
+    bad = rl_config()
+    bad.old_logprobs = "reference"
+    with pytest.raises(ValueError, match="old_logprobs"):
+        Settings.from_config(bad)
+    for field in ("minibatches", "epochs"):
+        bad = rl_config()
+        bad[field] = 0
+        with pytest.raises(ValueError):
+            Settings.from_config(bad)
+    assert Settings.from_config({"kl_loss_coef": 0.1}).uses_reference
