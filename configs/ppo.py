@@ -35,7 +35,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rl = rl_config()
     config.rl.actor_lr = 1e-4  # tiny models want far larger steps than T1's 122B
     config.rl.critic_lr = 1e-4
-    config.rl.max_length = 1024
+    config.rl.max_length = 2048  # the agent prompt alone is ~1.1k tokens of this tokenizer
 
     config.rollouts = ml_collections.ConfigDict()
     config.rollouts.source = "live"  # live (engine + sandboxes) | recorded
@@ -49,7 +49,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.carry_over = True  # unfinished trials continue next step (not dropped)
     config.rollouts.max_turns = 8
     config.rollouts.max_new_tokens = 96  # per turn
+    config.rollouts.engine = "embedded"  # embedded (in-process JAX) | fleet (HTTP servers)
     config.rollouts.engine_batch = 8  # sequences the embedded engine decodes together
+    config.rollouts.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
+    config.rollouts.weights_dir = ""  # disk the servers share, for published weights
 
     config.sft = ml_collections.ConfigDict()
     config.sft.data_dir = ""  # .npz samples; default: build from oracle solutions in workdir

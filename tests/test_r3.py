@@ -236,7 +236,7 @@ def test_replay_weights_are_live_softmax_over_selected(normalize):
 def test_replay_row_without_record_routes_freely():
     """A token the rollout never ran the model on (all -1) takes the router's own top-k."""
     moe, x = _moe(True, seed=2)
-    e, k = moe.router.shape[1], moe.top_k
+    k = moe.top_k
     indices = np.stack([np.arange(k)] * x.shape[0]).astype(np.int32)
     indices[3] = -1
     _, routing, _, free = moe(x, jnp.asarray(indices))

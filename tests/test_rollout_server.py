@@ -51,7 +51,7 @@ def post(url, body):
         return err.code, json.loads(err.read())
 
 
-def start_server(path, port):
+def start_server(path, port, max_len=MAX_LEN):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
     env["PYTHONPATH"] = REPO
     # a restarted server reuses the first ones' compiles
@@ -59,7 +59,7 @@ def start_server(path, port):
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     return subprocess.Popen(
         [sys.executable, "-m", "t1jax.rollout.server", "--model_path", str(path),
-         "--port", str(port), "--max_batch", str(MAX_BATCH), "--max_len", str(MAX_LEN)],
+         "--port", str(port), "--max_batch", str(MAX_BATCH), "--max_len", str(max_len)],
         env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

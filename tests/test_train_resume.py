@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from t1jax.checkpoint import Checkpointer, abstract_like, finalized_steps
+from t1jax.checkpoint import Checkpointer, finalized_steps
 from t1jax.rollout.sample import Sample
 from t1jax.rl.sft_data import save_samples
 

@@ -82,16 +82,41 @@ def _task_stack(config):
     return tasks, backend, tok, scale, limits
 
 
+class FleetEngine:
+    """A FleetClient (SGLang or t1jax servers) behind the Engine protocol the agent uses."""
+
+    def __init__(self, client, max_len: int):
+        self.client, self.max_len = client, max_len
+
+    def generate(self, prompts, sampling):
+        return self.client.generate_many(prompts, sampling)
+
+
 def _live_source(config, trainer, workdir: Path):
+    from t1jax.rl.batch import bucket_lengths
     from t1jax.rl.loop import LiveRollouts
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.jax_engine import JaxEngine
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
+    from t1jax.rollout.sglang import FleetClient
     from t1jax.tasks.sampler import EpochSampler
     tasks, backend, tok, scale, limits = _task_stack(config)
     r = config.rollouts
-    engine = JaxEngine(trainer.actor_model(), max_batch=r.engine_batch,
-                       max_len=config.rl.max_length)
+    publish = None
+    if r.engine == "embedded":
+        engine = JaxEngine(trainer.actor_model(), max_batch=r.engine_batch,
+                           max_len=config.rl.max_length,
+                           prefill_buckets=tuple(bucket_lengths(64, config.rl.max_length)))
+    elif r.engine == "fleet":
+        if not r.fleet_urls:
+            raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
+        engine = FleetEngine(FleetClient(r.fleet_urls.split(",")), config.rl.max_length)
+        weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
+
+        def publish(trainer, version):  # HF safetensors on a shared disk, loaded by each server
+            engine.client.publish_weights(trainer.actor_model(), weights_dir, version)
+    else:
+        raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
     sampling = SamplingParams(temperature=config.rl.temperature, max_new_tokens=r.max_new_tokens)
     trial = episode_trial(backend, engine, tok, {t.task_id: t for t in tasks}, scale=scale,
                           sampling=sampling, limits=limits, run_id=f"train-{workdir.name}",
@@ -102,7 +127,8 @@ def _live_source(config, trainer, workdir: Path):
     scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
                         batch_size=r.batch_size, oversample=r.oversample,
-                        carry_over=r.carry_over, record_dir=workdir / "rollouts")
+                        carry_over=r.carry_over, record_dir=workdir / "rollouts",
+                        publish=publish)
 
 
 def run(config, workdir: Path) -> int:

@@ -99,7 +99,7 @@ class LiveRollouts:
         if self._publish is not None:
             self._publish(trainer, version)
         else:  # an in-process engine: hand it the parameters directly
-            self.engine.load_weights(trainer.state.actor, version)
+            self.engine.load_weights(trainer.actor_params(), version)
 
     def state_dict(self) -> dict:
         """Carried (unfinished) trials are not part of it: a resumed run starts them afresh."""

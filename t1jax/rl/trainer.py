@@ -118,7 +118,7 @@ def _train(loss_fn, params, opt_state, tx, data, s: Settings):
         params, opt_state = carry
         (_, aux), grads = grad_fn(params, *mb)
         updates, opt_state = tx.update(grads, opt_state, params)
-        aux = dict(aux, grad_norm=optax.global_norm(grads))
+        aux = dict(aux, grad_norm=optax.tree.norm(grads))
         return (optax.apply_updates(params, updates), opt_state), aux
 
     (params, opt_state), aux = jax.lax.scan(update, (params, opt_state),
@@ -220,9 +220,14 @@ class Trainer:
         return self._run("sft", functools.partial(sft_step, self.actor_def, self.actor_tx,
                                                   self.s), samples_or_batch)
 
+    def actor_params(self) -> nnx.State:
+        """A copy of the policy's parameters. The steps donate the train state, so anything
+        that outlives a step (an engine generating during training) must hold its own."""
+        return jax.tree.map(jnp.copy, self.state.actor)
+
     def actor_model(self) -> CausalLM:
-        """The current policy as a module (e.g. for export_hf or an engine's load_weights)."""
-        return nnx.merge(self.actor_def, self.state.actor)
+        """The current policy as a module with its own parameters (export_hf, engines)."""
+        return nnx.merge(self.actor_def, self.actor_params())
 
 
 # -- pure step functions (jitted by Trainer) ---------------------------------------------------

@@ -138,8 +138,9 @@ class EngineService:
     def __init__(self, model_path: str, max_batch: int, max_len: int, weight_version: str = "0"):
         self.cfg = ModelConfig.from_pretrained(model_path)
         model = load_hf(nnx.eval_shape(lambda: CausalLM(self.cfg, nnx.Rngs(0))), model_path)
+        buckets = tuple(sorted({min(32 << i, max_len) for i in range(24)}))  # 32 .. max_len
         self.engine = JaxEngine(model, max_batch=max_batch, max_len=max_len,
-                                weight_version=weight_version)
+                                prefill_buckets=buckets, weight_version=weight_version)
         self.model_path = str(model_path)
         self.lock = threading.Lock()
         self.jobs: queue.Queue[_Job] = queue.Queue()
