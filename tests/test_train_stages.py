@@ -3,7 +3,6 @@ optimizer moments) start PPO, the SFT actor starts the policy, and the one-step 
 schedule trains on the same data as the synchronous one (recorded rollouts: identical
 parameters), publishing a new weight version after every step."""
 
-import dataclasses
 
 import jax
 import numpy as np

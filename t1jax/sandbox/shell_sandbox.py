@@ -4,6 +4,7 @@ the disk-usage reading."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -55,7 +56,9 @@ class ShellSandbox:
             raise SandboxError("the sandbox is not running (call start() or use `with`)")
         with self._lock:
             result = self.shell.run(cmd, timeout or self.limits.default_timeout_s)
-        self._check_storage(force=result.timed_out or result.exit_code is None)
+        # SIGXFSZ: a file hit the per-file cap (= the quota), so look now, not at the next tick
+        hit_file_cap = result.exit_code == 128 + signal.SIGXFSZ
+        self._check_storage(force=result.timed_out or result.exit_code is None or hit_file_cap)
         return result
 
     def _storage_violation(self) -> str | None:
@@ -66,7 +69,7 @@ class ShellSandbox:
         self._last_check = time.monotonic()
         # walking a huge tree must not take most of a command's time
         self._check_every = max(MIN_CHECK_INTERVAL_S, 10 * (self._last_check - began))
-        if used is not None and used - self._baseline > self.limits.storage_mb * 2**20:
+        if used is not None and used - self._baseline >= self.limits.storage_mb * 2**20:
             return (f"sandbox {self.name} wrote {(used - self._baseline) / 2**20:.0f} MiB, over "
                     f"its storage quota of {self.limits.storage_mb} MiB "
                     "(task [environment] storage_mb)")
