@@ -113,8 +113,9 @@ def _live_source(config, trainer, workdir: Path):
         engine = FleetEngine(FleetClient(r.fleet_urls.split(",")), config.rl.max_length)
         weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
 
-        def publish(trainer, version):  # HF safetensors on a shared disk, loaded by each server
+        def publish_to_fleet(trainer, version):  # HF safetensors on a shared disk
             engine.client.publish_weights(trainer.actor_model(), weights_dir, version)
+        publish = publish_to_fleet
     else:
         raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
     sampling = SamplingParams(temperature=config.rl.temperature, max_new_tokens=r.max_new_tokens)
