@@ -2,7 +2,9 @@
 # One-time (idempotent) set-up shared by the README's two commands and by CI:
 #   1. a virtualenv in .venv with the pinned packages,
 #   2. a running Docker engine (Debian's docker.io, started with no bridge network), or bubblewrap,
-#   3. the sandbox base image t1jax/base:bookworm, built offline-style with debootstrap.
+#   3. the sandbox base image t1jax/base:bookworm, built offline-style with debootstrap,
+#   4. headless Chromium (Debian's chromium), which tests/test_report.py renders the trajectory
+#      viewer with.
 # Each step says clearly what failed and what to do. Set T1JAX_SKIP_DOCKER=1 to use bubblewrap only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,5 +94,16 @@ elif ! image_ok; then
   tar -C "$ROOTFS" -c . | docker import -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     -c 'CMD ["/bin/bash"]' -c "LABEL t1jax.base.packages=$BASE_STAMP" - "$BASE_IMAGE" >/dev/null \
     || die "docker import of the base image failed"
+fi
+
+# --- 4. Headless Chromium (tests/test_report.py) -----------------------------------------------
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  log "installing Debian's chromium (headless browser for the trajectory-viewer test)"
+  if ! apt_install chromium; then
+    if [ "${T1JAX_REQUIRE_DOCKER:-0}" = 1 ]; then
+      die "could not install chromium (needs root and apt); CI runs the viewer test in it. apt-get install chromium and re-run."
+    fi
+    log "WARNING: could not install chromium (needs root and apt): the browser checks in tests/test_report.py will skip. Install it with: sudo apt-get install chromium"
+  fi
 fi
 log "ready"
