@@ -95,6 +95,7 @@ class FleetEngine:
 def _live_source(config, trainer, workdir: Path):
     from t1jax.rl.batch import bucket_lengths
     from t1jax.rl.loop import LiveRollouts
+    from t1jax.rollout.batching import BatchingEngine
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.jax_engine import JaxEngine
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
@@ -104,9 +105,10 @@ def _live_source(config, trainer, workdir: Path):
     r = config.rollouts
     publish = None
     if r.engine == "embedded":
-        engine = JaxEngine(trainer.actor_model(), max_batch=r.engine_batch,
-                           max_len=config.rl.max_length,
-                           prefill_buckets=tuple(bucket_lengths(64, config.rl.max_length)))
+        # concurrent trials' calls are merged so they decode in one batch
+        engine = BatchingEngine(JaxEngine(
+            trainer.actor_model(), max_batch=r.engine_batch, max_len=config.rl.max_length,
+            prefill_buckets=tuple(bucket_lengths(64, config.rl.max_length))))
     elif r.engine == "fleet":
         if not r.fleet_urls:
             raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")

@@ -1,0 +1,70 @@
+"""Evaluate a policy on any Harbor / Terminal-Bench directory, T1 style (fresh sandbox per
+trial, `attempts` trials per task averaged); writes trials.jsonl, summary.json, summary.md and
+samples/*.npz to the workdir.
+
+  # a training run's latest checkpoint on the bundled tasks, Terminus-2 harness
+  python experiments/run.py --config configs/eval.py --workdir runs/eval-ppo \
+      --config.policy.checkpoint=runs/ppo/checkpoints --config.harness=terminus
+  # Terminal-Bench 2.1 through an SGLang fleet that already serves the policy
+  python experiments/run.py --config configs/eval.py --workdir runs/eval-tb21 \
+      --config.tasks=/path/to/terminal-bench-2.1 --config.verifier.mode=offline \
+      --config.engine=fleet --config.fleet_urls=http://host1:30000,http://host2:30000
+  # the untrained base of the tiny setting (random init), quick smoke
+  python experiments/run.py --config configs/eval.py:smoke --workdir runs/eval-smoke
+"""
+
+import ml_collections
+
+from configs.common import sandbox_config
+from configs.model import tiny
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.mode = "eval"
+    config.label = ""  # names the evaluated policy in the outputs; default: derived
+    config.run_id = ""  # default: derived from the workdir name and the time
+    config.seed = 0  # the random init when no policy is given
+    config.tasks = ""  # a Harbor / Terminal-Bench directory; default: the bundled seed tasks
+    config.task_filter = ""  # comma-separated task ids; "" = all
+    config.skip_invalid_tasks = False  # True: report malformed tasks and evaluate the rest
+    config.internet_tasks = "skip"  # skip | run (offline anyway) tasks with allow_internet
+
+    base = tiny.get_config()
+    config.model, config.mesh = base.model, base.mesh  # the policy's architecture
+
+    config.policy = ml_collections.ConfigDict()
+    config.policy.checkpoint = ""  # a training run's checkpoints/ dir (Orbax, its actor)
+    config.policy.step = -1  # that run's step; -1 = the latest finished one
+    config.policy.hf_path = ""  # or an HF safetensors dir; neither = random init (seed)
+
+    config.engine = "embedded"  # embedded (in-process JAX) | fleet (servers hold the policy)
+    config.engine_batch = 8  # sequences the embedded engine decodes together
+    config.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
+    config.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)
+
+    config.harness = "terminus"  # terminus (Terminus-2 JSON replies, as T1 reports) | tools
+    config.attempts = 3  # trials per task; pass@k is reported for k = 1..attempts
+    config.temperature = 1.0
+    config.top_p = 1.0
+    config.max_new_tokens = 256  # per turn
+    config.max_turns = 50
+    config.max_tokens = 2048  # context budget of a trial (a terminus chunk)
+    config.timeout_s = 0.0  # per trial wall clock; 0 = the task's [agent] timeout_sec
+    config.system_prompt = ""  # "" = the harness's own
+
+    config.sandbox = sandbox_config()
+    config.verifier = ml_collections.ConfigDict()
+    config.verifier.mode = "script"  # script: tests/test.sh | offline: image pytest on test_*.py
+    config.verifier.global_scale = 0.0  # > 0 fixes the dense reward's denominator
+    config.verifier.scale_quantile = 0.9  # else: this quantile of the pool's assertion counts
+
+    if arg == "smoke":  # two tasks, one attempt, a few short turns
+        config.task_filter = "count-log-errors,organize-files"
+        config.attempts = 1
+        config.max_turns = 2
+        config.max_new_tokens = 16
+        config.harness = "tools"
+    elif arg:
+        raise ValueError(f"unknown configs/eval.py argument {arg!r} (smoke)")
+    return config

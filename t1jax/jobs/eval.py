@@ -1,0 +1,179 @@
+"""Evaluate a policy on a task directory (configs/eval.py): see t1jax/eval.py for the protocol."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from absl import logging
+
+from t1jax.jobs import UsageError
+
+ENGINES = ("embedded", "fleet")
+
+
+def _check(config) -> None:
+    from t1jax.eval import HARNESSES, INTERNET_POLICIES
+    if config.harness not in HARNESSES:
+        raise UsageError(f"config.harness={config.harness!r}; choose one of {HARNESSES}")
+    if config.engine not in ENGINES:
+        raise UsageError(f"config.engine={config.engine!r}; choose one of {ENGINES}")
+    if config.internet_tasks not in INTERNET_POLICIES:
+        raise UsageError(f"config.internet_tasks={config.internet_tasks!r}; choose one of "
+                         f"{INTERNET_POLICIES}")
+    if config.engine == "fleet" and not config.fleet_urls:
+        raise UsageError("config.engine='fleet' needs config.fleet_urls")
+    if config.engine == "fleet" and (config.policy.checkpoint or config.policy.hf_path):
+        raise UsageError("config.engine='fleet' evaluates what the servers hold; drop "
+                         "config.policy.checkpoint / hf_path (load them into the servers)")
+    if config.policy.checkpoint and config.policy.hf_path:
+        raise UsageError("set config.policy.checkpoint or config.policy.hf_path, not both")
+    for name in ("attempts", "max_new_tokens", "max_turns", "max_tokens", "engine_batch"):
+        if config[name] < 1:
+            raise UsageError(f"config.{name} must be >= 1, got {config[name]}")
+    if config.sandbox.concurrency < 1:
+        raise UsageError(f"config.sandbox.concurrency must be >= 1, got "
+                         f"{config.sandbox.concurrency}")
+    if config.temperature < 0:
+        raise UsageError(f"config.temperature must be >= 0, got {config.temperature}")
+
+
+def load_policy(config):
+    """(CausalLM, label): the checkpoint's actor, the HF weights, or the random init."""
+    import jax
+    from flax import nnx
+
+    from t1jax.model.config import model_config_from
+    from t1jax.model.transformer import CausalLM
+    from t1jax.sharding import create_sharded, mesh_from_config
+
+    devices = jax.devices(config.mesh.devices) if config.mesh.get("devices") else None
+    n = config.mesh.data * config.mesh.fsdp * config.mesh.expert * config.mesh.tensor
+    mesh = mesh_from_config(config.mesh, None if devices is None else devices[:n])
+    cfg = model_config_from(config.model)
+    p = config.policy
+    if p.checkpoint:  # check the source before the (slow) model build
+        from t1jax.checkpoint import Checkpointer, abstract_like, finalized_steps
+        if not Path(p.checkpoint).is_dir():
+            raise UsageError(f"config.policy.checkpoint={p.checkpoint} is not a directory")
+        steps = finalized_steps(p.checkpoint)
+        step = steps[-1] if steps and p.step < 0 else p.step
+        if step not in steps:
+            raise UsageError(f"no finished checkpoint for step {step} in {p.checkpoint} "
+                             f"(have steps {steps})")
+    if p.hf_path and not Path(p.hf_path).is_dir():
+        raise UsageError(f"config.policy.hf_path={p.hf_path} is not a directory")
+    model = create_sharded(lambda: CausalLM(cfg, nnx.Rngs(config.seed)), mesh)
+    if p.checkpoint:
+        _, params = nnx.split(model, nnx.Param)
+        with Checkpointer(p.checkpoint, async_save=False) as source:
+            actor = source.restore_items({"actor": abstract_like(params)}, step)["actor"]
+        nnx.update(model, actor)
+        return model, f"step_{step:04d}"
+    if p.hf_path:
+        from t1jax.model.hf_io import load_hf
+        return load_hf(model, p.hf_path), Path(p.hf_path).name
+    return model, "base"
+
+
+def run(config, workdir: Path) -> int:
+    _check(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn, TimeRemainingColumn
+
+    from t1jax.eval import BatchingEngine, evaluate
+    from t1jax.rollout.engine import SamplingParams
+    from t1jax.rollout.tokenizer import load_or_train
+    from t1jax.sandbox.backend import make_backend
+    from t1jax.sandbox.base import Limits
+    from t1jax.tasks.pool import default_pool_dir, load_pool
+    from t1jax.tasks.validate import pool_scale
+
+    pool_dir = Path(config.tasks) if config.tasks else default_pool_dir()
+    if not pool_dir.is_dir():
+        raise UsageError(f"config.tasks={pool_dir} is not a directory")
+    loaded = load_pool(pool_dir, skip_invalid=config.skip_invalid_tasks)
+    for err in loaded.errors:
+        logging.warning("skipping %s", err)
+    tasks = loaded.tasks
+    if config.task_filter:
+        wanted = set(config.task_filter.split(","))
+        missing = wanted - {t.task_id for t in tasks}
+        if missing:
+            raise UsageError(f"--config.task_filter names unknown tasks: {sorted(missing)}")
+        tasks = [t for t in tasks if t.task_id in wanted]
+    if not tasks:
+        raise UsageError(f"no tasks found in {pool_dir}")
+
+    tok = load_or_train(config.tokenizer or str(Path.home() / ".cache" / "t1jax" /
+                                                 "tokenizer-512.json"))
+    if config.engine == "embedded":
+        from t1jax.rl.batch import bucket_lengths
+        from t1jax.rollout.jax_engine import JaxEngine
+        model, default_label = load_policy(config)
+        if tok.get_vocab_size() > model.model.cfg.vocab_size:
+            raise UsageError(f"the tokenizer has {tok.get_vocab_size()} ids but the model's "
+                             f"vocab_size is {model.model.cfg.vocab_size}")
+        engine = BatchingEngine(JaxEngine(
+            model, max_batch=config.engine_batch, max_len=config.max_tokens,
+            prefill_buckets=tuple(bucket_lengths(64, config.max_tokens)),
+            weight_version=default_label))
+    else:
+        from t1jax.jobs.train import FleetEngine
+        from t1jax.rollout.sglang import FleetClient
+        engine = FleetEngine(FleetClient(config.fleet_urls.split(",")), config.max_tokens)
+        default_label = "fleet"
+    label = config.label or default_label
+
+    options = {}
+    if config.sandbox.backend == "docker":
+        options = dict(runtime=config.sandbox.runtime or None,
+                       build_network=config.sandbox.build_network)
+    backend = make_backend(config.sandbox.backend, **options)
+    reaped = backend.reap()
+    if reaped:
+        logging.info("removed %d sandboxes left behind by dead runs", reaped)
+    run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
+                    default_timeout_s=config.sandbox.command_timeout_s)
+    scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
+    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                              max_new_tokens=config.max_new_tokens)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
+    with Progress(*columns) as progress:
+        builds = progress.add_task("build task images", total=len(tasks), info="")
+        trials = progress.add_task(f"{label} trials ({config.harness})",
+                                   total=len(tasks) * config.attempts, info="")
+        solved = [0]
+
+        def tick(kind: str, what: str) -> None:
+            if kind == "build":
+                progress.advance(builds)
+                return
+            solved[0] += what.endswith(": resolved")
+            progress.update(trials, advance=1, info=f"resolved {solved[0]}")
+
+        try:
+            summary = evaluate(
+                tasks, engine, tok, backend, label=label, attempts=config.attempts,
+                harness=config.harness, sampling=sampling, limits=limits, scale=scale,
+                out_dir=workdir, concurrency=config.sandbox.concurrency,
+                max_turns=config.max_turns, max_tokens=config.max_tokens,
+                timeout_s=config.timeout_s or None,
+                command_timeout_s=config.sandbox.command_timeout_s,
+                max_observation_bytes=config.sandbox.max_output_bytes,
+                system_prompt=config.system_prompt or None, verifier_mode=config.verifier.mode,
+                allow_network=config.sandbox.allow_network,
+                internet_tasks=config.internet_tasks, run_id=run_id, progress=tick)
+        finally:
+            backend.reap(run_id)  # whatever an interrupt left running
+        # skipped tasks never get a trial: fill the bar so it ends complete
+        progress.update(trials, completed=len(tasks) * config.attempts)
+    print((workdir / "summary.md").read_text())
+    print(json.dumps({k: v for k, v in summary.items()
+                      if k not in ("by_category", "by_difficulty")}, indent=2))
+    print(f"wrote {workdir / 'trials.jsonl'}, {workdir / 'summary.json'} and "
+          f"{workdir / 'summary.md'}")
+    return 0

@@ -1,0 +1,70 @@
+"""Coalesce concurrent generate calls into batched ones.
+
+Why: an embedded JaxEngine serves one generate call at a time (it owns one KV cache), so trials
+on a thread pool that each call it with one prompt would decode one after another; merged, they
+decode together in one continuous batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class BatchingEngine:
+    """Coalesces concurrent single-prompt `generate` calls into one batched call of the wrapped
+    engine (an embedded JaxEngine decodes them together instead of one after another)."""
+
+    def __init__(self, engine, window_s: float = 0.005):
+        self.engine, self.window_s = engine, window_s
+        self.max_len = getattr(engine, "max_len", 32768)
+        self.weight_version = getattr(engine, "weight_version", "")
+        self._cv = threading.Condition()
+        self._queue: list[dict] = []
+        self._busy = False
+        self.calls = 0  # batched calls made (for tests / stats)
+
+    def generate(self, prompts, sampling):
+        params = sampling if isinstance(sampling, (list, tuple)) else [sampling] * len(prompts)
+        items = [{"prompt": list(p), "params": s, "done": False} for p, s in zip(prompts, params)]
+        with self._cv:
+            self._queue += items  # atomically: one batch takes all of a call's items or none
+            while True:
+                if all(it["done"] for it in items):
+                    return self._collect(items)
+                if not self._busy:  # become the leader; our items are still queued
+                    self._busy = True
+                    break
+                self._cv.wait()
+        batch = []
+        try:
+            time.sleep(self.window_s)  # let the other trials' calls of this moment join
+            with self._cv:
+                batch, self._queue = self._queue, []
+            try:
+                results = self.engine.generate([b["prompt"] for b in batch],
+                                               [b["params"] for b in batch])
+                self.calls += 1
+                for b, r in zip(batch, results):
+                    b["result"] = r
+            except BaseException as err:  # noqa: BLE001 - every caller in the batch sees it
+                for b in batch:
+                    b["error"] = err
+        finally:
+            with self._cv:
+                for b in batch:
+                    b["done"] = True
+                self._busy = False
+                self._cv.notify_all()
+        return self._collect(items)
+
+    @staticmethod
+    def _collect(items):
+        for it in items:
+            if "error" in it:
+                raise it["error"]
+        return [it["result"] for it in items]
+
+    def load_weights(self, params_state, version: str) -> None:
+        self.engine.load_weights(params_state, version)
+        self.weight_version = getattr(self.engine, "weight_version", version)
