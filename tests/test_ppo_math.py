@@ -268,7 +268,7 @@ def make_sample(n, seed, *, chunk_starts=None, reward=None, task="t", routes_sha
     rng = np.random.RandomState(seed)
     mask = np.zeros(n, np.int8)
     mask[n // 4: n // 2] = 1  # assistant turn 1
-    mask[(3 * n) // 4: n - 1] = 1  # assistant turn 2 (the last token is an observation)
+    mask[(3 * n) // 4: n] = 1  # assistant turn 2 ends the sample
     if chunk_starts is not None:
         for c in chunk_starts[1:]:
             mask[c] = 1  # a chunk's first token sampled: cannot be predicted inside the chunk
@@ -455,3 +455,23 @@ def test_settings_from_config():
         with pytest.raises(ValueError):
             Settings.from_config(bad)
     assert Settings.from_config({"kl_loss_coef": 0.1}).uses_reference
+
+
+def test_pack_leaves_out_the_tail_after_the_last_sampled_token():
+    """Observation glue after the last sampled token trains nothing: it is not packed, so an
+    episode that ended on its context budget is not overlong."""
+    s = make_sample(60, 0)
+    tail = make_sample(60, 0)
+    tail.loss_mask[50:] = 0
+    packed = do_pack([tail])
+    (_, row, start, end), = packed.placements
+    assert end - start == 50 and packed.batch.shape[1] == 64
+    np.testing.assert_array_equal(packed.batch.tokens[row, start:end], tail.tokens[:50])
+    assert packed.batch.rewards[row, start + 49] == tail.reward
+    assert do_pack([s]).placements[0][3] == 60
+
+
+def test_explained_variance_is_nan_for_constant_returns():
+    mask = jnp.ones((2, 5))
+    returns = jnp.full((2, 5), 0.5)
+    assert np.isnan(float(ppo.explained_variance(returns * 0.3, returns, mask)))

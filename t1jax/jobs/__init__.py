@@ -6,6 +6,7 @@ MODES = {
     "audit": "t1jax.jobs.audit",
     "pool": "t1jax.jobs.pool",
     "train": "t1jax.jobs.train",
+    "recipe": "t1jax.jobs.recipe",
     "eval": "t1jax.jobs.eval",
 }
 

@@ -93,6 +93,13 @@ class FleetEngine:
 
 
 def _live_source(config, trainer, workdir: Path):
+    tasks, backend, tok, scale, limits = _task_stack(config)
+    return live_source(config, trainer, workdir, tasks, backend, tok, scale, limits)
+
+
+def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limits,
+                system_prompt: str | None = None):
+    """Rollouts of `tasks` by the trainer's policy (config.rollouts, config.sandbox, config.rl)."""
     from t1jax.rl.batch import bucket_lengths
     from t1jax.rl.loop import LiveRollouts
     from t1jax.rollout.batching import BatchingEngine
@@ -101,7 +108,6 @@ def _live_source(config, trainer, workdir: Path):
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
     from t1jax.rollout.sglang import FleetClient
     from t1jax.tasks.sampler import EpochSampler
-    tasks, backend, tok, scale, limits = _task_stack(config)
     r = config.rollouts
     publish = None
     if r.engine == "embedded":
@@ -126,7 +132,8 @@ def _live_source(config, trainer, workdir: Path):
                           verifier_mode=config.verifier.mode, max_turns=r.max_turns,
                           max_tokens=config.rl.max_length,
                           command_timeout_s=config.sandbox.command_timeout_s,
-                          max_observation_bytes=config.sandbox.max_output_bytes)
+                          max_observation_bytes=config.sandbox.max_output_bytes,
+                          **({} if system_prompt is None else {"system_prompt": system_prompt}))
     scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
                         batch_size=r.batch_size, oversample=r.oversample,

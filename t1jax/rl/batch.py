@@ -8,8 +8,9 @@ one chunk (a trial split by context compaction is several chunks, positions rest
 `trial_ids` tells GAE where one trial ends, so credit flows across a trial's chunks but never
 between trials.
 
-Nothing is truncated: a sample longer than the largest bucket is an error naming its task (or,
-with overlong="drop", left out and counted in `Packed.dropped`).
+Nothing that trains is truncated: a sample longer than the largest bucket is an error naming
+its task (or, with overlong="drop", left out and counted in `Packed.dropped`). Only the tail
+after a sample's last sampled token (observation glue no loss ever reads) is left out.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def _round_rows(n: int, multiple: int) -> int:
     return multiple * (1 << (groups - 1).bit_length())
 
 
+def _used_length(sample) -> int:
+    """Tokens up to the last sampled one: a tail of observation glue after it carries no loss,
+    no reward and no value target, so it is not packed (and never makes a sample overlong)."""
+    sampled = np.flatnonzero(sample.loss_mask)
+    return int(sampled[-1]) + 1 if len(sampled) else len(sample.tokens)
+
+
 def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1,
          packing: bool = True, overlong: str = "error") -> Packed:
     """Pack samples into rows of one bucket length (the smallest that fits the longest).
@@ -83,7 +91,7 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
     limit = max(buckets)
     kept, dropped = [], []
     for i, s in enumerate(samples):
-        n = len(s.tokens)
+        n = _used_length(s)
         if n > limit:
             why = (f"sample {i} (task {s.metadata.get('task_id', '?')}, attempt "
                    f"{s.metadata.get('attempt', '?')}) has {n} tokens, more than the largest "
@@ -96,11 +104,11 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
     if not kept:
         raise ValueError("no sample to train on" + (f": all {len(dropped)} were overlong"
                                                     if dropped else ""))
-    length = pick_bucket(max(len(samples[i].tokens) for i in kept), buckets)
+    length = pick_bucket(max(_used_length(samples[i]) for i in kept), buckets)
     rows_fill: list[int] = []
     row_of: dict[int, tuple[int, int]] = {}
-    for i in sorted(kept, key=lambda i: -len(samples[i].tokens)):
-        n = len(samples[i].tokens)
+    for i in sorted(kept, key=lambda i: -_used_length(samples[i])):
+        n = _used_length(samples[i])
         row = next((r for r, used in enumerate(rows_fill) if used + n <= length), None) \
             if packing else None
         if row is None:
@@ -121,17 +129,17 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
     placements, fixed = [], 0
     for i in kept:
         s, (row, start) = samples[i], row_of[i]
-        n = len(s.tokens)
+        n = _used_length(s)
         end = start + n
         if s.routes.shape[1:] != (num_layers, top_k):
             raise ValueError(f"sample {i} (task {s.metadata.get('task_id', '?')}) has routes of "
                              f"shape {s.routes.shape[1:]}, the model has ({num_layers}, {top_k})")
         a = arrays
-        a["tokens"][row, start:end] = s.tokens
-        a["routes"][row, start:end] = s.routes
-        a["rollout_logprobs"][row, start:end] = s.rollout_logprobs
-        mask = s.loss_mask.astype(np.float32)
-        bounds = list(s.chunk_starts) + [n]
+        a["tokens"][row, start:end] = s.tokens[:n]
+        a["routes"][row, start:end] = s.routes[:n]
+        a["rollout_logprobs"][row, start:end] = s.rollout_logprobs[:n]
+        mask = s.loss_mask[:n].astype(np.float32)
+        bounds = [c for c in s.chunk_starts if c < n] + [n]
         for c0, c1 in zip(bounds[:-1], bounds[1:]):
             a["positions"][row, start + c0:start + c1] = np.arange(c1 - c0)
             a["segment_ids"][row, start + c0:start + c1] = next_segment[row]

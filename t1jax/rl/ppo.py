@@ -105,6 +105,9 @@ def entropy(logits, temperature: float = 1.0):
 
 
 def explained_variance(values, returns, mask):
-    """1 - Var(returns - values) / Var(returns): 1 is perfect, 0 is a constant, < 0 worse."""
+    """1 - Var(returns - values) / Var(returns): 1 is perfect, 0 is a constant, < 0 worse.
+    NaN when the returns do not vary (e.g. every trial got the same reward): undefined, and a
+    huge negative number there would only drown the curve."""
     var_returns = masked_var(returns, mask)
-    return 1.0 - masked_var(returns - values, mask) / jnp.maximum(var_returns, 1e-8)
+    ev = 1.0 - masked_var(returns - values, mask) / jnp.maximum(var_returns, 1e-8)
+    return jnp.where(var_returns > 1e-6, ev, jnp.nan)

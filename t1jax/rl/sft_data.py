@@ -275,11 +275,13 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
                    workers: int = 2, limits: Limits = Limits(), verifier_mode: str = "script",
                    max_len: int = 32768, attempt: int = 0, run_id: str | None = None,
                    images: dict | None = None, final_answer: str = FINAL_ANSWER,
+                   system_prompt: str | None = None,
                    progress=None) -> tuple[list[Sample], list[tuple[str, str]]]:
     """Play every task's reference solution through the agent loop in a fresh sandbox, verify
     it, and keep the solved episodes as Samples (task order). `skipped` lists (task_id, reason)
     for the rest: no or unsplittable solution, build failure, rollout error, verifier failure,
-    or unresolved. images: task_id -> built image, reused and filled in."""
+    or unresolved. images: task_id -> built image, reused and filled in. system_prompt: the
+    one the policy's own rollouts will use (default: the agent's)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     run_id = run_id or f"sft-oracle-{uuid.uuid4().hex[:8]}"
@@ -309,7 +311,9 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
             with backend.create(spec) as box:
                 traj = run_agent_episode(task, engine, tokenizer, box, sampling=sampling,
                                          max_turns=len(commands) + 1, max_tokens=max_len,
-                                         command_timeout_s=task.agent.timeout_sec)
+                                         command_timeout_s=task.agent.timeout_sec,
+                                         **({} if system_prompt is None
+                                            else {"system_prompt": system_prompt}))
                 agent_s = time.monotonic() - t0
                 if traj.finish != "done":
                     return None, f"episode ended with {traj.finish!r} before the final answer"

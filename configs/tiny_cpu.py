@@ -1,0 +1,78 @@
+"""The main job: the whole T1 recipe on a laptop (2 CPU cores, embedded engine, local sandboxes).
+
+  python experiments/run.py --config configs/tiny_cpu.py --workdir runs/tiny_cpu
+
+Generates short shell task families (train split + held-out combinations), trains a tokenizer
+for them, validates the pool with the oracle, plays the oracle solutions through the agent loop
+as SFT data, trains SFT, Critic Warm-Up and PPO (R3, TITO, dense reward), evaluates base / SFT /
+PPO on the held-out tasks (3 attempts each), and writes `report/` (plots, summary.md,
+trajectories.html). Re-run the same command to resume. Run a subset of phases with
+--config.phases=pool,oracle,sft (phases: pool, oracle, sft, warmup, ppo, eval, report).
+"""
+
+import ml_collections
+
+from configs.common import rl_config, sandbox_config
+from configs.model import tiny
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    del arg
+    config = ml_collections.ConfigDict()
+    config.mode = "recipe"
+    config.seed = 0
+    config.phases = ""  # comma-separated subset; "" = all, in order
+    config.schedule = "sync"  # sync | one_step_off
+
+    base = tiny.get_config()
+    config.model, config.mesh = base.model, base.mesh
+
+    config.pool = ml_collections.ConfigDict()
+    config.pool.families = ""  # "" = all (t1jax/tasks/families.py FAMILIES)
+    config.pool.train_per_family = 12
+    config.pool.heldout_per_family = 4
+
+    config.agent = ml_collections.ConfigDict()
+    from t1jax.tasks.families import SYSTEM_PROMPT
+    config.agent.system_prompt = SYSTEM_PROMPT  # short: the tiny model reads it every turn
+
+    config.rl = rl_config()
+    config.rl.actor_lr = 1e-4
+    config.rl.critic_lr = 3e-4
+    config.rl.max_length = 384
+    config.rl.min_length = 384
+
+    config.rollouts = ml_collections.ConfigDict()
+    config.rollouts.engine = "embedded"
+    config.rollouts.engine_batch = 8
+    config.rollouts.fleet_urls = ""
+    config.rollouts.weights_dir = ""
+    config.rollouts.batch_size = 8  # trials per PPO step
+    config.rollouts.oversample = 1.25
+    config.rollouts.carry_over = True
+    config.rollouts.max_turns = 3
+    config.rollouts.max_new_tokens = 48
+
+    config.sft = ml_collections.ConfigDict()
+    config.sft.steps = 300
+    config.sft.batch_size = 8
+    config.sft.lr = 3e-3
+
+    config.warmup = ml_collections.ConfigDict()
+    config.warmup.steps = 4
+
+    config.ppo = ml_collections.ConfigDict()
+    config.ppo.steps = 12
+
+    config.eval = ml_collections.ConfigDict()
+    config.eval.attempts = 3
+    config.eval.temperature = 1.0
+    config.eval.every = 0  # PPO steps between held-out evaluations (0: only at the end)
+
+    config.sandbox = sandbox_config()
+    config.sandbox.concurrency = 3
+    config.verifier = ml_collections.ConfigDict()
+    config.verifier.mode = "script"
+    config.verifier.global_scale = 0.0
+    config.verifier.scale_quantile = 0.9
+    return config

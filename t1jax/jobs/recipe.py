@@ -1,0 +1,256 @@
+"""The whole T1 recipe in one job (configs/tiny_cpu.py): generated task families, tokenizer,
+oracle validation, SFT warm start, Critic Warm-Up, PPO with periodic evaluation, final
+evaluation of base / SFT / PPO on held-out tasks, and the report.
+
+Every phase writes into its own folder of the workdir and is skipped when its output is there,
+and the training stages resume from their checkpoints, so re-running the same command after
+an interruption continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from absl import logging
+
+from t1jax.jobs import UsageError
+
+PHASES = ("pool", "oracle", "sft", "warmup", "ppo", "eval", "report")
+
+
+def _done(path: Path) -> bool:
+    return (path / "DONE").is_file()
+
+
+def _mark(path: Path, info: dict | None = None) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "DONE").write_text(json.dumps(info or {}) + "\n")
+
+
+class Recipe:
+    def __init__(self, config, workdir: Path):
+        self.config, self.workdir = config, workdir
+        self.pool_dir = workdir / "pool"
+        self.images: dict = {}
+        self._stack = None
+
+    # -- shared pieces -----------------------------------------------------------------------
+
+    def stack(self):
+        """(train tasks, held-out tasks, backend, tokenizer, scale, limits), built once."""
+        if self._stack is None:
+            from tokenizers import Tokenizer
+
+            from t1jax.sandbox.backend import make_backend
+            from t1jax.sandbox.base import Limits
+            from t1jax.tasks.pool import load_pool
+            from t1jax.tasks.validate import pool_scale
+            c = self.config
+            train = load_pool(self.pool_dir / "train").tasks
+            heldout = load_pool(self.pool_dir / "heldout").tasks
+            options = {}
+            if c.sandbox.backend == "docker":
+                options = dict(runtime=c.sandbox.runtime or None,
+                               build_network=c.sandbox.build_network)
+            backend = make_backend(c.sandbox.backend, **options)
+            backend.reap()
+            tok = Tokenizer.from_file(str(self.workdir / "tokenizer.json"))
+            scale = pool_scale(train, c.verifier.scale_quantile, c.verifier.global_scale)
+            limits = Limits(pids=c.sandbox.pids, max_output_bytes=c.sandbox.max_output_bytes,
+                            default_timeout_s=c.sandbox.command_timeout_s)
+            self._stack = (train, heldout, backend, tok, scale, limits)
+        return self._stack
+
+    def trainer(self, stage: str):
+        import jax
+
+        from t1jax.model.config import model_config_from
+        from t1jax.rl.trainer import Trainer
+        from t1jax.sharding import mesh_from_config
+        c = self.config
+        n = c.mesh.data * c.mesh.fsdp * c.mesh.expert * c.mesh.tensor
+        mesh = mesh_from_config(c.mesh, jax.devices()[:n])
+        return Trainer(model_config_from(c.model), c.rl, mesh, seed=c.seed,
+                       actor_lr=c.sft.lr if stage == "sft" else None)
+
+    # -- phases ------------------------------------------------------------------------------
+
+    def pool(self) -> None:
+        from t1jax.rollout.tokenizer import train_tokenizer
+        from t1jax.tasks import families
+        c = self.config.pool
+        if not _done(self.pool_dir):
+            plan = families.write_family_pool(
+                self.pool_dir, seed=self.config.seed, train_per_family=c.train_per_family,
+                heldout_per_family=c.heldout_per_family,
+                families=[f for f in c.families.split(",") if f] or None)
+            tok = train_tokenizer(self.config.model.vocab_size,
+                                  families.family_corpus(self.pool_dir,
+                                                         system_prompt=self.config.agent.system_prompt))
+            tok.save(str(self.workdir / "tokenizer.json"))
+            _mark(self.pool_dir, {"train": len(plan["train"]), "heldout": len(plan["heldout"])})
+
+    def oracle(self) -> None:
+        from t1jax.tasks.validate import validate_pool
+        out = self.workdir / "oracle"
+        if _done(out):
+            return
+        train, heldout, backend, _, scale, limits = self.stack()
+        summary = validate_pool(train + heldout, backend, out_dir=out,
+                                concurrency=self.config.sandbox.concurrency, limits=limits,
+                                scale=scale, run_id=f"recipe-oracle-{self.workdir.name}")
+        if not summary["pool_healthy"]:
+            raise RuntimeError(f"the generated pool is not healthy: see {out}/results.md")
+        _mark(out, summary)
+
+    def sft(self, progress) -> None:
+        from t1jax.rl import loop
+        from t1jax.rl.sft_data import load_samples, oracle_samples, save_samples
+        from t1jax.tasks import families
+        out = self.workdir / "sft"
+        if _done(out):
+            return
+        train, _, backend, tok, scale, limits = self.stack()
+        data = out / "sft_data"
+        if not any(data.glob("*.npz")):
+            trainer_cfg = self.config.model
+            samples, skipped = oracle_samples(
+                train, backend, tok, scale, num_layers=trainer_cfg.num_hidden_layers,
+                top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
+                limits=limits, max_len=self.config.rl.max_length, images=self.images,
+                final_answer=families.FINAL_ANSWER,
+                system_prompt=self.config.agent.system_prompt)
+            for task_id, why in skipped:
+                logging.warning("SFT data: skipped %s: %s", task_id, why)
+            save_samples(samples, data)
+        trainer = self.trainer("sft")
+        loop.run(trainer, loop.DatasetBatches(load_samples(data), self.config.sft.batch_size,
+                                              self.config.seed), out,
+                 loop.LoopOptions(steps=self.config.sft.steps, stage="sft",
+                                  checkpoint_every=self.config.sft.steps),
+                 progress=progress("SFT", self.config.sft.steps, "sft/nll"))
+        _mark(out)
+
+    def _live(self, trainer, out: Path):
+        from t1jax.jobs.train import live_source
+        train, _, backend, tok, scale, limits = self.stack()
+        return live_source(self.config, trainer, out, train, backend, tok, scale, limits,
+                           system_prompt=self.config.agent.system_prompt)
+
+    def warmup(self, progress) -> None:
+        from t1jax.rl import loop
+        out = self.workdir / "warmup"
+        if _done(out) or self.config.warmup.steps <= 0:
+            return
+        trainer = self.trainer("critic_warmup")
+        if not (out / "checkpoints").is_dir():
+            loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
+        loop.run(trainer, self._live(trainer, out), out,
+                 loop.LoopOptions(steps=self.config.warmup.steps, stage="critic_warmup"),
+                 progress=progress("Critic Warm-Up", self.config.warmup.steps,
+                                   "critic/explained_variance"))
+        _mark(out)
+
+    def ppo(self, progress) -> None:
+        from t1jax.rl import loop
+        out = self.workdir / "ppo"
+        if _done(out):
+            return
+        trainer = self.trainer("ppo")
+        if not (out / "checkpoints").is_dir():
+            loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
+            if self.config.warmup.steps > 0:
+                loop.load_critic_only(trainer, self.workdir / "warmup" / "checkpoints")
+        bar = progress("PPO", self.config.ppo.steps, "reward/mean")
+        every = self.config.eval.every
+
+        def tick(step, metrics):
+            bar(step, metrics)
+            if every and step % every == 0 and step < self.config.ppo.steps:
+                self.evaluate(f"step_{step:04d}", trainer.actor_model())
+
+        loop.run(trainer, self._live(trainer, out), out,
+                 loop.LoopOptions(steps=self.config.ppo.steps, stage="ppo",
+                                  schedule=self.config.schedule), progress=tick)
+        _mark(out)
+
+    def evaluate(self, label: str, policy) -> dict:
+        """Held-out evaluation of `policy` (a CausalLM), k attempts per task."""
+        from t1jax.eval import evaluate
+        from t1jax.rl.batch import bucket_lengths
+        from t1jax.rollout.batching import BatchingEngine
+        from t1jax.rollout.engine import SamplingParams
+        from t1jax.rollout.jax_engine import JaxEngine
+        out = self.workdir / "eval" / label
+        if (out / "summary.json").is_file():
+            return json.loads((out / "summary.json").read_text())
+        _, heldout, backend, tok, scale, limits = self.stack()
+        c = self.config
+        engine = BatchingEngine(JaxEngine(policy, max_batch=c.rollouts.engine_batch,
+                                          max_len=c.rl.max_length,
+                                          prefill_buckets=tuple(bucket_lengths(64, c.rl.max_length))))
+        return evaluate(heldout, engine, tok, backend, label=label, attempts=c.eval.attempts,
+                        harness="tools", limits=limits, scale=scale, out_dir=out,
+                        sampling=SamplingParams(temperature=c.eval.temperature,
+                                                max_new_tokens=c.rollouts.max_new_tokens),
+                        concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
+                        max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
+                        images=self.images)
+
+    def final_evals(self) -> None:
+        from flax import nnx
+
+        from t1jax.checkpoint import Checkpointer, abstract_like
+        from t1jax.model.config import model_config_from
+        from t1jax.model.transformer import CausalLM
+        cfg = model_config_from(self.config.model)
+        base = CausalLM(cfg, nnx.Rngs(self.config.seed))
+        self.evaluate("base", base)
+        graphdef, params = nnx.split(base, nnx.Param)
+        for label, stage in (("sft", "sft"), ("ppo", "ppo")):
+            ckpt = self.workdir / stage / "checkpoints"
+            if not ckpt.is_dir():
+                continue
+            with Checkpointer(ckpt, async_save=False) as source:
+                actor = source.restore_items({"actor": abstract_like(params)})["actor"]
+            self.evaluate(label, nnx.merge(graphdef, actor))
+
+
+def run(config, workdir: Path) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn, TimeRemainingColumn
+
+    from t1jax import report
+    wanted = [p for p in config.phases.split(",") if p] or list(PHASES)
+    unknown = sorted(set(wanted) - set(PHASES))
+    if unknown:
+        raise UsageError(f"config.phases names unknown phases {unknown}; known: {PHASES}")
+    recipe = Recipe(config, workdir)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
+    with Progress(*columns) as bars:
+        def progress(name, total, key):
+            task = bars.add_task(name, total=total, info="")
+
+            def tick(step, metrics):
+                bars.update(task, completed=step,
+                            info=f"{key} {metrics.get(key, float('nan')):.3f}")
+            return tick
+
+        if "pool" in wanted:
+            recipe.pool()
+        if "oracle" in wanted:
+            recipe.oracle()
+        if "sft" in wanted:
+            recipe.sft(progress)
+        if "warmup" in wanted:
+            recipe.warmup(progress)
+        if "ppo" in wanted:
+            recipe.ppo(progress)
+        if "eval" in wanted:
+            recipe.final_evals()
+    if "report" in wanted:
+        out = report.write_report(workdir)
+        print((out / "summary.md").read_text())
+    return 0
