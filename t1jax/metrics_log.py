@@ -29,23 +29,30 @@ _RESERVED = ("step", "time")
 
 
 def read_metrics(workdir) -> list[dict]:
-    """The rows of ``workdir/metrics.jsonl`` in file order ([] if there is none). A torn last
-    line (a process killed mid-write) is skipped; a corrupt line elsewhere is an error."""
-    path = Path(workdir) / METRICS_FILE
+    """The rows of ``workdir/metrics.jsonl`` in file order ([] if there is none)."""
+    return read_jsonl(Path(workdir) / METRICS_FILE)
+
+
+def read_jsonl(path) -> list[dict]:
+    """Rows (JSON objects) of a JSON-lines file, [] if it does not exist. A torn last line (a
+    process killed mid-write) is skipped; a corrupt line elsewhere is an error naming it."""
+    path = Path(path)
     if not path.exists():
         return []
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.split("\n")
     rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as err:
             if number == len(lines) and not text.endswith("\n"):
                 break  # torn final write
             raise ValueError(f"{path}:{number}: not a JSON row: {err}") from err
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 

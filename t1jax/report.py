@@ -29,7 +29,7 @@ import math
 import re
 from pathlib import Path
 
-from t1jax.metrics_log import read_metrics
+from t1jax.metrics_log import read_jsonl, read_metrics
 
 STAGES = ("sft", "warmup", "ppo")
 REPORT_DIR = "report"
@@ -49,28 +49,6 @@ CURVE_KEYS = {
 
 
 # --- reading ---------------------------------------------------------------------------------
-
-def _read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSON-lines file; a torn last line (killed writer) is skipped, as in
-    ``read_metrics``."""
-    if not path.exists():
-        return []
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines) and not text.endswith("\n"):
-                break
-            raise ValueError(f"{path}:{number}: not a JSON row: {err}") from err
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
 
 def label_order(label: str):
     """Sort key for eval labels: base, sft, periodic step_N by N, ppo, then the rest by name."""
@@ -138,7 +116,7 @@ def load_run(workdir) -> dict:
                     key=label_order) if eval_root.is_dir() else []
     for label in labels:
         summary_path = eval_root / label / "summary.json"
-        trials = _read_jsonl(eval_root / label / "trials.jsonl")
+        trials = read_jsonl(eval_root / label / "trials.jsonl")
         summary = None
         if summary_path.exists():
             try:

@@ -87,7 +87,7 @@ def run(config, workdir: Path) -> int:
     from t1jax.rollout.tokenizer import load_or_train
     from t1jax.sandbox.backend import make_backend
     from t1jax.sandbox.base import Limits
-    from t1jax.tasks.pool import default_pool_dir, load_pool
+    from t1jax.tasks.pool import default_pool_dir, load_pool, select_tasks
     from t1jax.tasks.validate import pool_scale
 
     pool_dir = Path(config.tasks) if config.tasks else default_pool_dir()
@@ -97,12 +97,10 @@ def run(config, workdir: Path) -> int:
     for err in loaded.errors:
         logging.warning("skipping %s", err)
     tasks = loaded.tasks
-    if config.task_filter:
-        wanted = set(config.task_filter.split(","))
-        missing = wanted - {t.task_id for t in tasks}
-        if missing:
-            raise UsageError(f"--config.task_filter names unknown tasks: {sorted(missing)}")
-        tasks = [t for t in tasks if t.task_id in wanted]
+    try:
+        tasks = select_tasks(tasks, config.task_filter)
+    except ValueError as err:
+        raise UsageError(f"--config.{err}") from err
     if not tasks:
         raise UsageError(f"no tasks found in {pool_dir}")
 

@@ -56,16 +56,14 @@ def _task_stack(config):
     from t1jax.sandbox.backend import make_backend
     from t1jax.sandbox.base import Limits
     from t1jax.tasks.decontam import check_pool
-    from t1jax.tasks.pool import default_pool_dir, load_pool
+    from t1jax.tasks.pool import default_pool_dir, load_pool, select_tasks
     from t1jax.tasks.validate import pool_scale
     pool_dir = Path(config.rollouts.pool_dir) if config.rollouts.pool_dir else default_pool_dir()
     tasks = load_pool(pool_dir).tasks
-    if config.rollouts.task_filter:
-        wanted = set(config.rollouts.task_filter.split(","))
-        missing = wanted - {t.task_id for t in tasks}
-        if missing:
-            raise UsageError(f"config.rollouts.task_filter names unknown tasks: {sorted(missing)}")
-        tasks = [t for t in tasks if t.task_id in wanted]
+    try:
+        tasks = select_tasks(tasks, config.rollouts.task_filter)
+    except ValueError as err:
+        raise UsageError(f"config.rollouts.{err}") from err
     if config.rollouts.heldout_dirs:  # decontamination: refuse to train on held-out tasks
         check_pool(tasks, [d for d in config.rollouts.heldout_dirs.split(",") if d])
     options = {}

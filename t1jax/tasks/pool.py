@@ -87,3 +87,15 @@ def load_pool(root: str | os.PathLike, *, skip_invalid: bool = False) -> PoolLoa
     if result.errors and not skip_invalid:
         raise PoolLoadError(result.errors)
     return result
+
+
+def select_tasks(tasks: list[Task], task_filter: str) -> list[Task]:
+    """The tasks named in a comma-separated `task_filter` ("" = all); an unknown name is an
+    error listing it (a typo must not silently shrink a run)."""
+    if not task_filter:
+        return list(tasks)
+    wanted = {t for t in task_filter.split(",") if t}
+    missing = wanted - {t.task_id for t in tasks}
+    if missing:
+        raise ValueError(f"task_filter names unknown tasks: {sorted(missing)}")
+    return [t for t in tasks if t.task_id in wanted]
