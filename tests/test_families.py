@@ -1,0 +1,102 @@
+"""Generated task families: deterministic, a truly held-out split, loadable, and (in Docker) solved
+by their oracle and not by a do-nothing agent."""
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from t1jax.rollout.chat import render_prefix
+from t1jax.rollout.tokenizer import train_tokenizer
+from t1jax.sandbox.images import context_hash
+from t1jax.tasks import families
+from t1jax.tasks.task import load_task
+from t1jax.tasks.validate import pool_scale, validate_pool
+
+
+def _tree(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mode & 0o777)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    out = tmp_path_factory.mktemp("families")
+    plan = families.write_family_pool(out, seed=0)
+    return out, plan
+
+
+def test_deterministic_in_seed(pool, tmp_path):
+    out, _ = pool
+    again = families.write_family_pool(tmp_path / "again", seed=0)
+    assert _tree(out) == _tree(tmp_path / "again")
+    other = families.plan_split(seed=1)
+    assert other["train"] != again["train"]
+
+
+def test_heldout_combinations_are_disjoint_from_train(pool):
+    out, plan = pool
+    inst = plan["instances"]
+    train_pairs = {(inst[t][0], inst[t][1]) for t in plan["train"]}
+    assert set(plan["heldout"]) == set(plan["heldout_combinations"]) | set(plan["heldout_fresh"])
+    assert not set(plan["train"]) & set(plan["heldout"])
+    assert plan["heldout_combinations"] and plan["heldout_fresh"]
+    for t in plan["heldout_combinations"]:
+        family, key, _ = inst[t]
+        assert (family, key) not in train_pairs, t
+        assert key in plan["heldout_keys"][family]
+        # the entity itself is not unseen: train uses it with another family
+        assert any(inst[u][1] == key or inst[u][2] == key for u in plan["train"]), t
+    for t in plan["heldout_fresh"]:
+        assert (inst[t][0], inst[t][1]) in train_pairs, t
+    for family, keys in plan["heldout_keys"].items():
+        assert not {inst[t][1] for t in plan["train"] if inst[t][0] == family} & set(keys)
+    split = json.loads((out / "split.json").read_text())
+    assert split["heldout_combinations"] == plan["heldout_combinations"]
+
+
+def test_every_task_loads_and_shares_one_environment(pool):
+    out, plan = pool
+    hashes = set()
+    for split in ("train", "heldout"):
+        for tid in plan[split]:
+            task = load_task(out / split / tid)
+            family = plan["instances"][tid][0]
+            assert task.category == family and family in task.tags
+            assert task.instruction.count("\n") == 0 and len(task.instruction) < 80
+            assert task.agent.timeout_sec <= 60 and task.verifier.timeout_sec <= 60
+            assert 2 <= sum(line.startswith("def test_") for line in
+                            (task.tests_dir / "test_outputs.py").read_text().splitlines()) <= 4
+            hashes.add(context_hash(task.environment_dir, task.dockerfile, {}))
+    assert len(hashes) == 1  # one image build for the whole pool
+
+
+def test_family_tokenizer_is_compact(pool):
+    out, plan = pool
+    tok = train_tokenizer(512, corpus=families.family_corpus(out))
+    default = train_tokenizer(512)
+    instruction = load_task(out / "train" / plan["train"][0]).instruction
+    mine = len(tok.encode(render_prefix(families.SYSTEM_PROMPT, instruction)).ids)
+    theirs = len(default.encode(render_prefix(families.SYSTEM_PROMPT, instruction)).ids)
+    assert mine < theirs
+    for word in families.ENTITIES:  # entity words are whole tokens
+        assert len(tok.encode(" " + word).ids) == 1, word
+
+
+@pytest.mark.slow
+def test_oracle_passes_and_nothing_fails_in_docker(pool, tmp_path, docker_backend):
+    out, plan = pool
+    chosen = []
+    for family in families.FAMILIES:  # one train and one held-out task per family
+        for split in ("train", "heldout"):
+            tid = next(t for t in plan[split] if plan["instances"][t][0] == family)
+            chosen.append(load_task(out / split / tid))
+    run_id = f"test-families-{uuid.uuid4().hex[:6]}"
+    try:
+        summary = validate_pool(chosen, docker_backend, out_dir=tmp_path / "val", concurrency=4,
+                                run_id=run_id, scale=pool_scale(chosen))
+    finally:
+        docker_backend.reap(run_id)
+    assert summary["tasks"] == len(chosen)
+    assert summary["pool_healthy"], (tmp_path / "val" / "results.md").read_text()
