@@ -54,7 +54,7 @@ from t1jax.rollout.sample import Sample  # noqa: E402
 
 try:  # the shared helpers of the forward+backward MFU benchmark
     from experiments.benchmarks.model_mfu import (  # noqa: E402
-        dispatch_name, matmul_params_per_token)
+        dispatch_name, matmul_params_per_token, median_seconds)
 except ImportError:  # run from elsewhere: same file, loaded by path
     import importlib.util
     _spec = importlib.util.spec_from_file_location(
@@ -62,6 +62,7 @@ except ImportError:  # run from elsewhere: same file, loaded by path
     _mfu = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_mfu)
     dispatch_name, matmul_params_per_token = _mfu.dispatch_name, _mfu.matmul_params_per_token
+    median_seconds = _mfu.median_seconds
 
 
 # -- machine ---------------------------------------------------------------------------------
@@ -91,17 +92,6 @@ def machine_lines() -> list[str]:
 
 
 # -- peak ------------------------------------------------------------------------------------
-
-def median_seconds(fn, args, repeats: int) -> float:
-    """Median wall time of fn(*args) after one excluded warm-up (compile) call."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
 
 def matmul_peak(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
     """FLOP/s of an n x n @ n x n jnp.dot in `dtype` (float32 accumulation for bf16 on GPU is

@@ -9,15 +9,13 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError
+from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
 
 
 def run(config, workdir: Path) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn, TimeRemainingColumn
 
-    from t1jax.sandbox.backend import make_backend
-    from t1jax.sandbox.base import Limits
     from t1jax.tasks.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
         write_reports
     from t1jax.tasks.pool import default_pool_dir, load_pool
@@ -40,16 +38,11 @@ def run(config, workdir: Path) -> int:
         judge = functools.partial(llm_judge, base_url=config.judge.base_url,
                                   model=config.judge.model, timeout_s=config.judge.timeout_s,
                                   api_key=key)
-    options = {}
-    if config.sandbox.backend == "docker":
-        options = dict(runtime=config.sandbox.runtime or None,
-                       build_network=config.sandbox.build_network)
-    backend = make_backend(config.sandbox.backend, **options)
+    backend = sandbox_backend(config.sandbox)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if reaped := _reap(backend):
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
-    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
-                    default_timeout_s=config.sandbox.command_timeout_s)
+    limits = sandbox_limits(config.sandbox)
     reports = []
     if tasks:
         scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)

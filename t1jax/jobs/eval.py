@@ -8,7 +8,7 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError
+from t1jax.jobs import UsageError, load_job_tasks, sandbox_backend, sandbox_limits
 
 ENGINES = ("embedded", "fleet")
 
@@ -82,41 +82,28 @@ def run(config, workdir: Path) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn, TimeRemainingColumn
 
-    from t1jax.eval import BatchingEngine, evaluate
+    from t1jax.eval import evaluate
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.tokenizer import load_or_train
-    from t1jax.sandbox.backend import make_backend
-    from t1jax.sandbox.base import Limits
-    from t1jax.tasks.pool import default_pool_dir, load_pool, select_tasks
+    from t1jax.tasks.pool import default_pool_dir
     from t1jax.tasks.validate import pool_scale
 
     pool_dir = Path(config.tasks) if config.tasks else default_pool_dir()
     if not pool_dir.is_dir():
         raise UsageError(f"config.tasks={pool_dir} is not a directory")
-    loaded = load_pool(pool_dir, skip_invalid=config.skip_invalid_tasks)
-    for err in loaded.errors:
-        logging.warning("skipping %s", err)
-    tasks = loaded.tasks
-    try:
-        tasks = select_tasks(tasks, config.task_filter)
-    except ValueError as err:
-        raise UsageError(f"--config.{err}") from err
-    if not tasks:
-        raise UsageError(f"no tasks found in {pool_dir}")
+    tasks = load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
+                           task_filter=config.task_filter)
 
     tok = load_or_train(config.tokenizer or str(Path.home() / ".cache" / "t1jax" /
                                                  "tokenizer-512.json"))
     if config.engine == "embedded":
-        from t1jax.rl.batch import bucket_lengths
-        from t1jax.rollout.jax_engine import JaxEngine
+        from t1jax.rollout.batching import embedded_engine
         model, default_label = load_policy(config)
         if tok.get_vocab_size() > model.model.cfg.vocab_size:
             raise UsageError(f"the tokenizer has {tok.get_vocab_size()} ids but the model's "
                              f"vocab_size is {model.model.cfg.vocab_size}")
-        engine = BatchingEngine(JaxEngine(
-            model, max_batch=config.engine_batch, max_len=config.max_tokens,
-            prefill_buckets=tuple(bucket_lengths(64, config.max_tokens)),
-            weight_version=default_label))
+        engine = embedded_engine(model, max_batch=config.engine_batch,
+                                 max_len=config.max_tokens, weight_version=default_label)
     else:
         from t1jax.jobs.train import FleetEngine
         from t1jax.rollout.sglang import FleetClient
@@ -124,17 +111,12 @@ def run(config, workdir: Path) -> int:
         default_label = "fleet"
     label = config.label or default_label
 
-    options = {}
-    if config.sandbox.backend == "docker":
-        options = dict(runtime=config.sandbox.runtime or None,
-                       build_network=config.sandbox.build_network)
-    backend = make_backend(config.sandbox.backend, **options)
+    backend = sandbox_backend(config.sandbox)
     reaped = backend.reap()
     if reaped:
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
-                    default_timeout_s=config.sandbox.command_timeout_s)
+    limits = sandbox_limits(config.sandbox)
     scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                               max_new_tokens=config.max_new_tokens)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError
+from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
 
 PHASES = ("pool", "oracle", "sft", "warmup", "ppo", "eval", "report")
 
@@ -42,23 +42,16 @@ class Recipe:
         if self._stack is None:
             from tokenizers import Tokenizer
 
-            from t1jax.sandbox.backend import make_backend
-            from t1jax.sandbox.base import Limits
             from t1jax.tasks.pool import load_pool
             from t1jax.tasks.validate import pool_scale
             c = self.config
             train = load_pool(self.pool_dir / "train").tasks
             heldout = load_pool(self.pool_dir / "heldout").tasks
-            options = {}
-            if c.sandbox.backend == "docker":
-                options = dict(runtime=c.sandbox.runtime or None,
-                               build_network=c.sandbox.build_network)
-            backend = make_backend(c.sandbox.backend, **options)
+            backend = sandbox_backend(c.sandbox)
             backend.reap()
             tok = Tokenizer.from_file(str(self.workdir / "tokenizer.json"))
             scale = pool_scale(train, c.verifier.scale_quantile, c.verifier.global_scale)
-            limits = Limits(pids=c.sandbox.pids, max_output_bytes=c.sandbox.max_output_bytes,
-                            default_timeout_s=c.sandbox.command_timeout_s)
+            limits = sandbox_limits(c.sandbox)
             self._stack = (train, heldout, backend, tok, scale, limits)
         return self._stack
 
@@ -178,18 +171,15 @@ class Recipe:
     def evaluate(self, label: str, policy) -> dict:
         """Held-out evaluation of `policy` (a CausalLM), k attempts per task."""
         from t1jax.eval import evaluate
-        from t1jax.rl.batch import bucket_lengths
-        from t1jax.rollout.batching import BatchingEngine
+        from t1jax.rollout.batching import embedded_engine
         from t1jax.rollout.engine import SamplingParams
-        from t1jax.rollout.jax_engine import JaxEngine
         out = self.workdir / "eval" / label
         if (out / "summary.json").is_file():
             return json.loads((out / "summary.json").read_text())
         _, heldout, backend, tok, scale, limits = self.stack()
         c = self.config
-        engine = BatchingEngine(JaxEngine(policy, max_batch=c.rollouts.engine_batch,
-                                          max_len=c.rl.max_length,
-                                          prefill_buckets=tuple(bucket_lengths(64, c.rl.max_length))))
+        engine = embedded_engine(policy, max_batch=c.rollouts.engine_batch,
+                                 max_len=c.rl.max_length)
         return evaluate(heldout, engine, tok, backend, label=label, attempts=c.eval.attempts,
                         harness="tools", limits=limits, scale=scale, out_dir=out,
                         sampling=SamplingParams(temperature=c.eval.temperature,

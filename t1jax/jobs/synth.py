@@ -8,7 +8,7 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError
+from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
 
 
 def _select(config):
@@ -65,25 +65,18 @@ def run(config, workdir: Path) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
 
-    from t1jax.sandbox.backend import make_backend
-    from t1jax.sandbox.base import Limits
     from t1jax.tasks.synth import synthesize
 
     if config.rounds < 1 or config.per_round_limit < 1:
         raise UsageError("--config.rounds and --config.per_round_limit must be >= 1")
     tasks = _select(config)
     names, llm = _operators(config)
-    options = {}
-    if config.sandbox.backend == "docker":
-        options = dict(runtime=config.sandbox.runtime or None,
-                       build_network=config.sandbox.build_network)
-    backend = make_backend(config.sandbox.backend, **options)
+    backend = sandbox_backend(config.sandbox)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     reaped = _reap(backend)
     if reaped:
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
-    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
-                    default_timeout_s=config.sandbox.command_timeout_s)
+    limits = sandbox_limits(config.sandbox)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns) as progress:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError
+from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
 
 STAGES = ("ppo", "critic_warmup", "sft")
 SCHEDULES = ("sync", "one_step_off")
@@ -53,8 +53,6 @@ def _sft_source(config, trainer, workdir: Path):
 
 def _task_stack(config):
     from t1jax.rollout.tokenizer import load_or_train
-    from t1jax.sandbox.backend import make_backend
-    from t1jax.sandbox.base import Limits
     from t1jax.tasks.decontam import check_pool
     from t1jax.tasks.pool import default_pool_dir, load_pool, select_tasks
     from t1jax.tasks.validate import pool_scale
@@ -66,17 +64,12 @@ def _task_stack(config):
         raise UsageError(f"config.rollouts.{err}") from err
     if config.rollouts.heldout_dirs:  # decontamination: refuse to train on held-out tasks
         check_pool(tasks, [d for d in config.rollouts.heldout_dirs.split(",") if d])
-    options = {}
-    if config.sandbox.backend == "docker":
-        options = dict(runtime=config.sandbox.runtime or None,
-                       build_network=config.sandbox.build_network)
-    backend = make_backend(config.sandbox.backend, **options)
+    backend = sandbox_backend(config.sandbox)
     backend.reap()
     tok = load_or_train(config.rollouts.tokenizer or str(Path.home() / ".cache" / "t1jax" /
                                                           "tokenizer-512.json"))
     scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
-    limits = Limits(pids=config.sandbox.pids, max_output_bytes=config.sandbox.max_output_bytes,
-                    default_timeout_s=config.sandbox.command_timeout_s)
+    limits = sandbox_limits(config.sandbox)
     return tasks, backend, tok, scale, limits
 
 
@@ -98,21 +91,17 @@ def _live_source(config, trainer, workdir: Path):
 def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limits,
                 system_prompt: str | None = None):
     """Rollouts of `tasks` by the trainer's policy (config.rollouts, config.sandbox, config.rl)."""
-    from t1jax.rl.batch import bucket_lengths
     from t1jax.rl.loop import LiveRollouts
-    from t1jax.rollout.batching import BatchingEngine
+    from t1jax.rollout.batching import embedded_engine
     from t1jax.rollout.engine import SamplingParams
-    from t1jax.rollout.jax_engine import JaxEngine
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
     from t1jax.rollout.sglang import FleetClient
     from t1jax.tasks.sampler import EpochSampler
     r = config.rollouts
     publish = None
     if r.engine == "embedded":
-        # concurrent trials' calls are merged so they decode in one batch
-        engine = BatchingEngine(JaxEngine(
-            trainer.actor_model(), max_batch=r.engine_batch, max_len=config.rl.max_length,
-            prefill_buckets=tuple(bucket_lengths(64, config.rl.max_length))))
+        engine = embedded_engine(trainer.actor_model(), max_batch=r.engine_batch,
+                                 max_len=config.rl.max_length)
     elif r.engine == "fleet":
         if not r.fleet_urls:
             raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
