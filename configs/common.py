@@ -47,4 +47,5 @@ def rl_config() -> ml_collections.ConfigDict:
     rl.max_length = 1024  # longest sample (a longer one is an error, or dropped: overlong)
     rl.packing = True  # several samples per row (attention kept inside each)
     rl.overlong = "error"  # error | drop (counted) -- never truncated
+    rl.reward = "dense"  # dense (T1: passed assertions / the pool's fixed scale) | binary (solved)
     return rl

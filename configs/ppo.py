@@ -61,6 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.init = ml_collections.ConfigDict()
     config.init.actor = ""  # checkpoints dir whose actor starts the policy (SFT warm start)
+    config.init.hf_path = ""  # or a Hugging Face model dir (safetensors + config.json)
     config.init.critic = ""  # checkpoints dir whose critic parameters start the critic
 
     config.checkpoint = ml_collections.ConfigDict()

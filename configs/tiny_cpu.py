@@ -22,6 +22,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mode = "recipe"
     config.seed = 0
     config.phases = ""  # comma-separated subset; "" = all, in order
+    config.reuse = ""  # a finished run's workdir: link its pool, oracle, SFT, warm-up, base/SFT evals
+    config.ablation = ""  # set by configs/ablations.py
     config.schedule = "sync"  # sync | one_step_off
 
     base = tiny.get_config()
@@ -29,8 +31,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.pool = ml_collections.ConfigDict()
     config.pool.families = ""  # "" = all (t1jax/tasks/families.py FAMILIES)
-    config.pool.train_per_family = 12
+    config.pool.train_per_family = 50  # 300 distinct SFT samples: fewer never learned (docs/probes.md)
     config.pool.heldout_per_family = 4
+
+    config.oracle = ml_collections.ConfigDict()
+    config.oracle.train_per_family = 4  # train tasks per family checked oracle vs do-nothing (-1: all)
 
     config.agent = ml_collections.ConfigDict()
     from t1jax.tasks.families import SYSTEM_PROMPT
@@ -54,8 +59,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.max_new_tokens = 48
 
     config.sft = ml_collections.ConfigDict()
-    config.sft.steps = 300
-    config.sft.batch_size = 8
+    config.sft.steps = 600  # 300 steps: 0/20 held-out, 600: 8/20 greedy (docs/probes.md run e)
+    config.sft.batch_size = 16
     config.sft.lr = 3e-3
 
     config.warmup = ml_collections.ConfigDict()

@@ -78,6 +78,14 @@ def failure_mode(finish: str, report, error: str | None = None) -> str:
             "tokens": "context_exhausted"}.get(finish, "unresolved")
 
 
+def goal_fraction(report) -> float:
+    """Passed goal assertions / goal assertions (all but `test_invariant_*`, which hold before
+    the agent acts): progress a do-nothing agent cannot score, unlike the dense reward."""
+    from t1jax.tasks.validate import INVARIANT
+    goals = [a for a in report.assertions if not INVARIANT.search(a.name)]
+    return sum(a.status == "passed" for a in goals) / len(goals) if goals else 0.0
+
+
 def _mean(xs) -> float:
     xs = list(xs)
     return float(sum(xs) / len(xs)) if xs else 0.0
@@ -122,6 +130,7 @@ def summarize(rows: list[dict], *, label: str = "", harness: str = "",
         "label": label, "harness": harness, "tasks": len(per_task), "attempts": attempts,
         "trials": len(done), "resolved_rate": _task_mean(done, "resolved"),
         "avg_reward": _task_mean(done, "reward"), "pass_at_k": pass_k,
+        "goal_progress": _task_mean([r for r in done if "goal_frac" in r], "goal_frac"),
         "by_category": group("category", UNCATEGORIZED),
         "by_difficulty": group("difficulty", UNRATED),
         "turns_mean": _mean(r["turns"] for r in done),
@@ -139,11 +148,12 @@ def summary_markdown(summary: dict) -> str:
     s = summary
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
     lines = [f"# Evaluation: {s['label'] or '(unlabelled)'} ({s['harness']} harness)", "",
-             "| tasks | attempts | trials | resolved | avg reward | turns | tool calls | tokens "
-             "| skipped | time |",
-             "|---|---|---|---|---|---|---|---|---|---|",
+             "| tasks | attempts | trials | resolved | avg reward | goal progress | turns "
+             "| tool calls | tokens | skipped | time |",
+             "|---|---|---|---|---|---|---|---|---|---|---|",
              f"| {s['tasks']} | {s['attempts']} | {s['trials']} | {pct(s['resolved_rate'])} | "
-             f"{s['avg_reward']:.3f} | {s['turns_mean']:.1f} | {s['tool_calls_mean']:.1f} | "
+             f"{s['avg_reward']:.3f} | {pct(s.get('goal_progress', 0.0))} | "
+             f"{s['turns_mean']:.1f} | {s['tool_calls_mean']:.1f} | "
              f"{s['tokens_mean']:.0f} | {len(s['skipped'])} | {s['duration_s']:.0f} s |", ""]
     if s["pass_at_k"]:
         ks = list(s["pass_at_k"])
@@ -218,7 +228,7 @@ def _base_row(task, attempt: int, label: str, harness: str) -> dict:
     return {"label": label, "task_id": task.task_id, "attempt": int(attempt),
             "category": task.category, "difficulty": task.difficulty, "harness": harness,
             "status": "done", "skip_reason": None, "resolved": False, "reward": 0.0,
-            "passed": 0, "total": 0, "turns": 0, "tool_calls": 0, "tokens": 0,
+            "passed": 0, "total": 0, "goal_frac": 0.0, "turns": 0, "tool_calls": 0, "tokens": 0,
             "sampled_tokens": 0, "finish": "", "failure_mode": "", "duration_s": 0.0,
             "instruction": task.instruction, "segments": [], "commands": [], "assertions": [],
             "verifier_log": ""}
@@ -351,6 +361,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
                        assertions=[{"name": a.name, "status": a.status,
                                     "message": (a.message or "")[:OUTPUT_CHARS // 2]}
                                    for a in report.assertions],
+                       goal_frac=goal_fraction(report),
                        verifier_log=(report.log or "")[-OUTPUT_CHARS:])
             if report.error:
                 row["verifier_error"] = report.error

@@ -328,15 +328,26 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
     if run["missing"]:
         out += ["## Missing", ""] + [f"- {m}" for m in run["missing"]] + [""]
 
+    timings = workdir / "timings.jsonl"
+    if timings.is_file():  # the recipe's phases (a resumed phase adds a row)
+        per_phase: dict = {}
+        for row in read_jsonl(timings):
+            per_phase[row["phase"]] = per_phase.get(row["phase"], 0.0) + float(row["seconds"])
+        out += ["## Wall time", "", "| " + " | ".join(per_phase) + " | total |",
+                "|---" * (len(per_phase) + 1) + "|",
+                "| " + " | ".join(f"{v / 60:.1f} min" for v in per_phase.values())
+                + f" | {sum(per_phase.values()) / 60:.1f} min |", ""]
+
     out += ["## Evaluation", ""]
     if evals:
-        out += ["| label | resolved rate | avg dense reward | pass@k | turns | tokens | trials |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["| label | resolved rate | avg dense reward | goal progress | pass@k | turns | "
+                "tokens | trials |", "|---|---|---|---|---|---|---|---|"]
         for label, data in evals.items():
             s = data["summary"]
             note = " (from trials.jsonl)" if s.get("_from_trials") else ""
             out.append(f"| {_md(label)}{note} | {_fmt(s.get('resolved_rate'), 'pct')} | "
-                       f"{_fmt(s.get('avg_reward'))} | {_pass_at_k(s)} | "
+                       f"{_fmt(s.get('avg_reward'))} | {_fmt(s.get('goal_progress'), 'pct')} | "
+                       f"{_pass_at_k(s)} | "
                        f"{_fmt(s.get('turns_mean'))} | {_fmt(s.get('tokens_mean'), 'int')} | "
                        f"{_fmt(s.get('trials'), 'int')} |")
         out.append("")

@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 JOB_CONFIGS = {
     "oracle": [None, "smoke"], "audit": [None], "synth": [None], "pool": [None],
     "ppo": [None, "sft", "critic_warmup"], "eval": [None, "smoke"], "tiny_cpu": [None],
+    "qwen3_30b_a3b": [None, "sft", "critic_warmup"],
+    "ablations": ["no_r3", "binary_reward", "cold_critic", "one_step_off", "sync"],
 }
 
 
@@ -27,6 +29,12 @@ def test_config_loads_and_locks(name, arg):
     assert isinstance(config, ml_collections.ConfigDict)
     assert config.mode in MODES
     importlib.import_module(MODES[config.mode])  # its job imports
+    if "rl" in config:  # the blocks validate, not only load
+        from t1jax.rl.trainer import Settings
+        Settings.from_config(config.rl)
+    if "model" in config:
+        from t1jax.model.config import model_config_from
+        model_config_from(config.model)
     config.lock()
     with pytest.raises(AttributeError):
         config.no_such_option = 1
@@ -48,3 +56,37 @@ def test_recipe_rejects_unknown_phase(tmp_path):
     config.phases = "pool,bogus"
     with pytest.raises(UsageError, match="bogus"):
         recipe.run(config, tmp_path)
+
+
+def test_ablations_change_one_axis_each():
+    from t1jax.rl.trainer import Settings
+    main = importlib.import_module("configs.tiny_cpu").get_config().to_dict()
+    module = importlib.import_module("configs.ablations")
+    for variant in JOB_CONFIGS["ablations"]:
+        config = module.get_config(variant)
+        Settings.from_config(config.rl)  # the rl block validates
+        diff = {k for k in main if k != "ablation" and config.to_dict()[k] != main[k]}
+        assert len(diff) <= 1, (variant, diff)  # sync spells out the default: no change
+    with pytest.raises(ValueError, match="variants"):
+        module.get_config(None)
+
+
+def test_reuse_links_finished_phases_only(tmp_path):
+    from t1jax.jobs import UsageError
+    from t1jax.jobs.recipe import link_reused
+    src, dst = tmp_path / "main", tmp_path / "ablation"
+    with pytest.raises(UsageError, match="finished pool"):
+        link_reused(src, dst)
+    for done in ("pool", "sft", "warmup"):
+        (src / done).mkdir(parents=True)
+        (src / done / "DONE").write_text("{}")
+    (src / "oracle").mkdir()  # unfinished: no DONE
+    (src / "tokenizer.json").write_text("{}")
+    (src / "eval" / "base").mkdir(parents=True)
+    (src / "eval" / "base" / "summary.json").write_text("{}")
+    dst.mkdir()
+    linked = link_reused(src, dst, warmup=False)
+    assert linked == ["pool", "tokenizer.json", "sft", "eval/base"]
+    assert (dst / "sft").resolve() == src / "sft" and (dst / "tokenizer.json").read_text() == "{}"
+    assert not (dst / "oracle").exists() and not (dst / "warmup").exists()
+    assert link_reused(src, dst) == ["warmup"]  # idempotent; nothing linked twice

@@ -201,6 +201,9 @@ def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
     # summary numbers match trials.jsonl
     assert summary["resolved_rate"] == pytest.approx(np.mean([r["resolved"] for r in done]))
     assert summary["avg_reward"] == pytest.approx(np.mean([r["reward"] for r in done]))
+    assert summary["goal_progress"] == pytest.approx(np.mean([r["goal_frac"] for r in done]))
+    assert all(r["goal_frac"] == 1.0 for r in done if r["resolved"])
+    assert summary["goal_progress"] < 1.0  # the do-nothing trials pass no goal assertion
     assert summary["turns_mean"] == pytest.approx(np.mean([r["turns"] for r in done]))
     assert summary["tool_calls_mean"] == pytest.approx(np.mean([r["tool_calls"] for r in done]))
     assert summary["tokens_mean"] == pytest.approx(np.mean([r["tokens"] for r in done]))

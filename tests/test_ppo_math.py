@@ -375,6 +375,19 @@ def test_pack_zero_reward_trial_has_no_reward_and_empty_mask_trial_none():
     assert np.all(packed.batch.rewards == 0)
 
 
+def test_pack_binary_reward_is_the_verifier_outcome_dense_is_the_sample_reward():
+    solved, unsolved = make_sample(12, 0, reward=0.8), make_sample(12, 1, reward=0.4)
+    solved.metadata["verifier"] = {"solved": True}
+    unsolved.metadata["verifier"] = {"solved": False}
+    for reward, want in (("dense", [0.8, 0.4]), ("binary", [1.0, 0.0])):
+        packed = do_pack([solved, unsolved], packing=False, reward=reward)
+        got = [packed.batch.rewards[row].sum() for _, row, _, _ in sorted(packed.placements)]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert np.count_nonzero(packed.batch.rewards) == np.count_nonzero(want)
+    with pytest.raises(ValueError, match="reward must be one of"):
+        do_pack([solved], reward="sparse")
+
+
 @pytest.mark.parametrize("multiple", [1, 2, 3, 4])
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 7, 9])
 def test_pack_rows_rounded_to_multiple_times_power_of_two(multiple, count):

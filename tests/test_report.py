@@ -104,6 +104,7 @@ def make_run(root: Path) -> Path:
             "label": label, "harness": "terminus-2", "tasks": done, "attempts": 1,
             "trials": done, "resolved_rate": resolved,
             "avg_reward": sum(r["reward"] for r in rows) / done, "pass_at_k": {"1": resolved},
+            "goal_progress": 0.25 if label == "base" else 0.75,
             "by_category": {r["category"]: {"resolved_rate": float(r["resolved"]),
                                             "avg_reward": r["reward"], "trials": 1}
                             for r in rows},
@@ -138,8 +139,8 @@ def test_plots_are_pngs(built):
 def test_summary_has_the_numbers(built):
     _, out = built
     text = (out / "summary.md").read_text()
-    assert "| base | 0.0% | 0.5 | @1 0.0% | 2 | 812 | 2 |" in text
-    assert "| ppo | 50.0% | 2 | @1 50.0% | 2 | 812 | 2 |" in text
+    assert "| base | 0.0% | 0.5 | 25.0% | @1 0.0% | 2 | 812 | 2 |" in text
+    assert "| ppo | 50.0% | 2 | 75.0% | @1 50.0% | 2 | 812 | 2 |" in text
     assert "| data | 0.0% / 1 / 1 | 100.0% / 3 / 1 |" in text  # per category, base | ppo
     assert "| wrong_output | 1 | 1 |" in text and "| gave_up | 1 | 0 |" in text
     assert "| reward/mean | 1 | 3 | 1 | 3 |" in text  # first, last, min, max
@@ -147,6 +148,19 @@ def test_summary_has_the_numbers(built):
     assert "| sft/nll | 2 | 1.1 |" in text
     assert "](plots/ppo_reward.png)" in text and "trajectories.html" in text
     assert "no eval of `sft`" in text  # what is missing is said
+    assert "## Wall time" not in text  # not a recipe run: no timings.jsonl
+
+
+def test_summary_adds_the_recipe_phase_times(built, tmp_path):
+    root, _ = built
+    rows = [{"phase": "sft", "seconds": 600.0}, {"phase": "ppo", "seconds": 240.0},
+            {"phase": "sft", "seconds": 60.0}]  # resumed: the remainder adds up
+    _write_jsonl(root / "timings.jsonl", rows)
+    try:
+        text = (report.write_report(root, tmp_path / "r") / "summary.md").read_text()
+    finally:
+        (root / "timings.jsonl").unlink()
+    assert "| sft | ppo | total |" in text and "| 11.0 min | 4.0 min | 15.0 min |" in text
 
 
 def test_partial_run_still_reports(tmp_path):

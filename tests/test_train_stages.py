@@ -5,6 +5,7 @@ parameters), publishing a new weight version after every step."""
 
 
 import jax
+from flax import nnx
 import numpy as np
 import optax
 import pytest
@@ -18,11 +19,12 @@ from test_train_resume import record
 from configs.common import rl_config
 
 
-def make_trainer(**rl_overrides):
+def make_trainer(seed=0, **rl_overrides):
     rl = rl_config()
     rl.update(dict(max_length=128, min_length=128, actor_lr=1e-3, critic_lr=1e-3,
                    **rl_overrides))
-    return Trainer(tiny_config(vocab_size=512), rl, sharding.make_mesh(devices=jax.devices()[:1]))
+    return Trainer(tiny_config(vocab_size=512), rl, sharding.make_mesh(devices=jax.devices()[:1]),
+                   seed=seed)
 
 
 def host(tree):
@@ -73,6 +75,18 @@ def test_sft_then_actor_only(recorded, tmp_path):
     assert loop.load_actor_only(ppo, tmp_path / "sft" / "checkpoints") == 6
     assert_tree_equal(ppo.state.actor, sft.state.actor)
     assert_tree_equal(ppo.state.reference, sft.state.actor)  # KL anchors to the SFT policy
+    # the critic's backbone restarts from the SFT actor; its value head stays its own
+    flat_actor = dict(nnx.to_flat_state(sft.state.actor))
+    copied = head = 0
+    for path, var in nnx.to_flat_state(ppo.state.critic):
+        if path[0] == "model":
+            np.testing.assert_array_equal(np.asarray(var.get_value()),
+                                          np.asarray(flat_actor[path].get_value()))
+            copied += 1
+        else:
+            head += 1
+    assert copied > 10 and head >= 1
+    ppo.ppo_step(data)  # the critic owns its buffers: the donated step does not clash
 
 
 def test_dataset_batches_cover_each_epoch():
@@ -107,3 +121,18 @@ def test_schedules(recorded, tmp_path):
         assert stale == ([0, 0, 0] if schedule == "sync" else [0, 1, 1]), schedule
         params[schedule] = host(trainer.state.actor)
     assert_tree_equal(params["sync"], params["one_step_off"])  # same recorded data
+
+
+def test_actor_from_hugging_face_dir(tmp_path):
+    from t1jax.model.hf_io import export_hf
+    source = make_trainer(seed=7)
+    export_hf(source.actor_model(), tmp_path / "hf")
+    trainer = make_trainer(kl_loss_coef=0.1)
+    loop.load_actor_hf(trainer, tmp_path / "hf")
+    assert_tree_equal(trainer.state.actor, source.state.actor)
+    assert_tree_equal(trainer.state.reference, source.state.actor)
+    flat = dict(nnx.to_flat_state(source.state.actor))
+    for path, var in nnx.to_flat_state(trainer.state.critic):
+        if path[0] == "model":
+            np.testing.assert_array_equal(np.asarray(var.get_value()),
+                                          np.asarray(flat[path].get_value()))

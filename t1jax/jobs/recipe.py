@@ -10,6 +10,7 @@ an interruption continues where it stopped.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from absl import logging
@@ -23,9 +24,55 @@ def _done(path: Path) -> bool:
     return (path / "DONE").is_file()
 
 
+REUSABLE = ("pool", "tokenizer.json", "oracle", "sft", "warmup", "eval/base", "eval/sft")
+
+
+def link_reused(source: Path, workdir: Path, *, warmup: bool = True) -> list[str]:
+    """Symlink the phases an ablation does not change from a finished run's workdir (absent
+    ones are left to run). Only finished phases are linked; returns what was linked."""
+    source = source.resolve()
+    if not (source / "pool" / "DONE").is_file():
+        raise UsageError(f"config.reuse={source}: not a recipe workdir with a finished pool phase")
+    linked = []
+    for name in REUSABLE:
+        if name == "warmup" and not warmup:
+            continue
+        src, dst = source / name, workdir / name
+        finished = src.is_file() or _done(src) or (src / "summary.json").is_file()
+        if not finished or dst.exists() or dst.is_symlink():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.symlink_to(src, target_is_directory=src.is_dir())
+        linked.append(name)
+    return linked
+
+
+def _log_time(workdir: Path, phase: str, seconds: float) -> None:
+    """Append the phase's wall time to timings.jsonl (a resumed phase logs its remainder)."""
+    with open(workdir / "timings.jsonl", "a") as f:
+        f.write(json.dumps({"phase": phase, "seconds": round(seconds, 1),
+                            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+
+
 def _mark(path: Path, info: dict | None = None) -> None:
     path.mkdir(parents=True, exist_ok=True)
     (path / "DONE").write_text(json.dumps(info or {}) + "\n")
+
+
+def _per_category(tasks, n: int):
+    """The first `n` tasks of each category (n < 0: all). The oracle phase checks a sample of
+    the train split: its instances come from the same templates, and the SFT-data phase plays
+    and verifies every train solution anyway (an unsolved one is dropped and logged)."""
+    if n < 0:
+        return list(tasks)
+    seen: dict = {}
+    out = []
+    for task in tasks:
+        key = task.category
+        if seen.get(key, 0) < n:
+            seen[key] = seen.get(key, 0) + 1
+            out.append(task)
+    return out
 
 
 class Recipe:
@@ -34,6 +81,33 @@ class Recipe:
         self.pool_dir = workdir / "pool"
         self.images: dict = {}
         self._stack = None
+        self.bars = None  # a rich Progress while run() is active
+
+    # -- progress bars -----------------------------------------------------------------------
+
+    def step_bar(self, name: str, total: int, key: str):
+        """A bar for a training stage: tick(step, metrics) shows `key`'s latest value."""
+        if self.bars is None:
+            return lambda step, metrics: None
+        task = self.bars.add_task(name, total=total, info="")
+
+        def tick(step, metrics):
+            self.bars.update(task, completed=step,
+                             info=f"{key} {metrics.get(key, float('nan')):.3f}")
+        return tick
+
+    def count_bar(self, name: str, total: int, counted: tuple[str, ...] = ()):
+        """A bar for episodes: tick(kind, what) advances unless `counted` leaves `kind` out
+        (the pool and eval helpers also report image builds)."""
+        if self.bars is None:
+            return None
+        task = self.bars.add_task(name, total=total, info="")
+
+        def tick(kind, what=""):
+            if counted and kind not in counted:
+                return
+            self.bars.update(task, advance=1, info=str(what)[:40])
+        return tick
 
     # -- shared pieces -----------------------------------------------------------------------
 
@@ -90,14 +164,16 @@ class Recipe:
         if _done(out):
             return
         train, heldout, backend, _, scale, limits = self.stack()
-        summary = validate_pool(train + heldout, backend, out_dir=out,
+        checked = heldout + _per_category(train, self.config.oracle.train_per_family)
+        bar = self.count_bar("oracle + do-nothing episodes", 2 * len(checked), ("episode",))
+        summary = validate_pool(checked, backend, out_dir=out, progress=bar,
                                 concurrency=self.config.sandbox.concurrency, limits=limits,
                                 scale=scale, run_id=f"recipe-oracle-{self.workdir.name}")
         if not summary["pool_healthy"]:
             raise RuntimeError(f"the generated pool is not healthy: see {out}/results.md")
         _mark(out, summary)
 
-    def sft(self, progress) -> None:
+    def sft(self) -> None:
         from t1jax.rl import loop
         from t1jax.rl.sft_data import load_samples, oracle_samples, save_samples
         from t1jax.tasks import families
@@ -113,7 +189,8 @@ class Recipe:
                 top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
                 limits=limits, max_len=self.config.rl.max_length, images=self.images,
                 final_answer=families.FINAL_ANSWER,
-                system_prompt=self.config.agent.system_prompt)
+                system_prompt=self.config.agent.system_prompt,
+                progress=self.count_bar("SFT data: oracle episodes", len(train)))
             for task_id, why in skipped:
                 logging.warning("SFT data: skipped %s: %s", task_id, why)
             save_samples(samples, data)
@@ -122,7 +199,7 @@ class Recipe:
                                               self.config.seed), out,
                  loop.LoopOptions(steps=self.config.sft.steps, stage="sft",
                                   checkpoint_every=self.config.sft.steps),
-                 progress=progress("SFT", self.config.sft.steps, "sft/nll"))
+                 progress=self.step_bar("SFT", self.config.sft.steps, "sft/nll"))
         _mark(out)
 
     def _live(self, trainer, out: Path):
@@ -131,7 +208,7 @@ class Recipe:
         return live_source(self.config, trainer, out, train, backend, tok, scale, limits,
                            system_prompt=self.config.agent.system_prompt)
 
-    def warmup(self, progress) -> None:
+    def warmup(self) -> None:
         from t1jax.rl import loop
         out = self.workdir / "warmup"
         if _done(out) or self.config.warmup.steps <= 0:
@@ -141,11 +218,11 @@ class Recipe:
             loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
         loop.run(trainer, self._live(trainer, out), out,
                  loop.LoopOptions(steps=self.config.warmup.steps, stage="critic_warmup"),
-                 progress=progress("Critic Warm-Up", self.config.warmup.steps,
+                 progress=self.step_bar("Critic Warm-Up", self.config.warmup.steps,
                                    "critic/explained_variance"))
         _mark(out)
 
-    def ppo(self, progress) -> None:
+    def ppo(self) -> None:
         from t1jax.rl import loop
         out = self.workdir / "ppo"
         if _done(out):
@@ -155,7 +232,7 @@ class Recipe:
             loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
             if self.config.warmup.steps > 0:
                 loop.load_critic_only(trainer, self.workdir / "warmup" / "checkpoints")
-        bar = progress("PPO", self.config.ppo.steps, "reward/mean")
+        bar = self.step_bar("PPO", self.config.ppo.steps, "reward/mean")
         every = self.config.eval.every
 
         def tick(step, metrics):
@@ -186,7 +263,9 @@ class Recipe:
                                                 max_new_tokens=c.rollouts.max_new_tokens),
                         concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
                         max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
-                        images=self.images)
+                        images=self.images,
+                        progress=self.count_bar(f"eval {label}: trials",
+                                                len(heldout) * c.eval.attempts, ("trial",)))
 
     def final_evals(self) -> None:
         from flax import nnx
@@ -217,29 +296,20 @@ def run(config, workdir: Path) -> int:
     if unknown:
         raise UsageError(f"config.phases names unknown phases {unknown}; known: {PHASES}")
     recipe = Recipe(config, workdir)
+    if config.reuse:
+        workdir.mkdir(parents=True, exist_ok=True)
+        linked = link_reused(Path(config.reuse), workdir, warmup=config.warmup.steps > 0)
+        logging.info("reusing %s from %s", ", ".join(linked) or "nothing", config.reuse)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns) as bars:
-        def progress(name, total, key):
-            task = bars.add_task(name, total=total, info="")
-
-            def tick(step, metrics):
-                bars.update(task, completed=step,
-                            info=f"{key} {metrics.get(key, float('nan')):.3f}")
-            return tick
-
-        if "pool" in wanted:
-            recipe.pool()
-        if "oracle" in wanted:
-            recipe.oracle()
-        if "sft" in wanted:
-            recipe.sft(progress)
-        if "warmup" in wanted:
-            recipe.warmup(progress)
-        if "ppo" in wanted:
-            recipe.ppo(progress)
-        if "eval" in wanted:
-            recipe.final_evals()
+        recipe.bars = bars
+        for phase in [p for p in PHASES if p in wanted and p != "report"]:
+            t0 = time.monotonic()
+            getattr(recipe, "final_evals" if phase == "eval" else phase)()
+            if time.monotonic() - t0 > 1.0:  # a phase already done returns at once
+                _log_time(workdir, phase, time.monotonic() - t0)
+        recipe.bars = None
     if "report" in wanted:
         out = report.write_report(workdir)
         print((out / "summary.md").read_text())

@@ -145,6 +145,14 @@ def run(config, workdir: Path) -> int:
     trainer = Trainer(model_config_from(config.model), config.rl, mesh, seed=config.seed,
                       actor_lr=config.sft.lr if config.stage == "sft" else None)
     fresh = not (workdir / "checkpoints").is_dir()
+    if config.init.actor and config.init.get("hf_path"):
+        raise UsageError("set config.init.actor or config.init.hf_path, not both")
+    if fresh and config.init.get("hf_path"):
+        if not Path(config.init.hf_path, "config.json").is_file():
+            raise UsageError(f"config.init.hf_path={config.init.hf_path} has no config.json "
+                             f"(a Hugging Face model directory)")
+        logging.info("actor and critic backbone from %s", config.init.hf_path)
+        loop.load_actor_hf(trainer, config.init.hf_path)
     if fresh and config.init.actor:
         logging.info("actor from %s (step %d)", config.init.actor,
                      loop.load_actor_only(trainer, config.init.actor))

@@ -79,13 +79,29 @@ def _used_length(sample) -> int:
     return int(sampled[-1]) + 1 if len(sampled) else len(sample.tokens)
 
 
+REWARDS = ("dense", "binary")
+
+
+def trained_reward(sample, reward: str = "dense") -> float:
+    """The scalar the trainer optimises: T1's dense reward (passed assertions on the pool's fixed
+    scale), or the binary outcome (1 if the verifier says solved) for the single-axis ablation."""
+    if reward == "dense":
+        return sample.reward
+    if reward == "binary":
+        return float(bool((sample.metadata.get("verifier") or {}).get("solved", False)))
+    raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+
+
 def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1,
-         packing: bool = True, overlong: str = "error") -> Packed:
+         packing: bool = True, overlong: str = "error", reward: str = "dense") -> Packed:
     """Pack samples into rows of one bucket length (the smallest that fits the longest).
 
     row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
-    packing=False puts one sample per row. overlong: "error" | "drop".
+    packing=False puts one sample per row. overlong: "error" | "drop". reward: "dense" |
+    "binary" (trained_reward).
     """
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
     if overlong not in ("error", "drop"):
         raise ValueError(f"overlong must be 'error' or 'drop', got {overlong!r}")
     limit = max(buckets)
@@ -151,7 +167,7 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         next_trial[row] += 1
         sampled = np.flatnonzero(mask)
         if len(sampled):
-            a["rewards"][row, start + sampled[-1]] = s.reward
+            a["rewards"][row, start + sampled[-1]] = trained_reward(s, reward)
         placements.append((i, row, start, end))
     return Packed(Batch(**arrays), placements, dropped, fixed)
 

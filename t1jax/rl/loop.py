@@ -27,6 +27,7 @@ from absl import logging
 
 from t1jax.checkpoint import Checkpointer, abstract_like
 from t1jax.metrics_log import MetricWriter
+from t1jax.rl import critic as critic_lib
 from t1jax.rl.sft_data import load_samples, save_samples
 
 STATE_ITEMS = ("step", "actor", "critic", "actor_opt", "critic_opt", "reference")
@@ -148,17 +149,34 @@ def load_critic_only(trainer, directory) -> int:
 
 def load_actor_only(trainer, directory) -> int:
     """Start the policy from another run's actor (the SFT warm start); the reference policy
-    for KL terms becomes that actor too."""
+    for KL terms becomes that actor too, and the critic's backbone restarts from it (value head
+    kept), as a critic starts from the SFT model; load_critic_only afterwards replaces it."""
     with Checkpointer(directory, async_save=False) as source:
         step = source.latest_step()
         if step is None:
             raise FileNotFoundError(f"no finished checkpoint in {directory} to take an actor from")
         actor = source.restore_items({"actor": abstract_like(trainer.state.actor)}, step)["actor"]
-    updates = {"actor": actor}
+    _start_from(trainer, actor)
+    return step
+
+
+def load_actor_hf(trainer, path) -> None:
+    """Start the policy (and the critic's backbone, and the KL reference) from a Hugging Face
+    checkpoint directory (safetensors + config.json), each tensor into its sharding."""
+    from flax import nnx
+
+    from t1jax.model.hf_io import load_hf
+    _, actor = nnx.split(load_hf(trainer.actor_model(), path), nnx.Param)
+    _start_from(trainer, actor)
+
+
+def _start_from(trainer, actor) -> None:
+    updates = {"actor": actor,
+               "critic": critic_lib.warm_start_from_actor(  # own buffers: steps donate state
+                   trainer.state.critic, jax.tree.map(lambda x: x.copy(), actor))}
     if trainer.state.reference is not None:
         updates["reference"] = jax.tree.map(lambda x: x.copy(), actor)
     trainer.state = dataclasses.replace(trainer.state, **updates)
-    return step
 
 
 def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{}",

@@ -26,7 +26,7 @@ from t1jax.model.transformer import CausalLM, ValueModel, log_probs
 from t1jax.rl import critic as critic_lib
 from t1jax.rl import metrics as metrics_lib
 from t1jax.rl import ppo
-from t1jax.rl.batch import Batch, batch_shardings, bucket_lengths, pack, shard_batch
+from t1jax.rl.batch import REWARDS, Batch, batch_shardings, bucket_lengths, pack, shard_batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,7 @@ class Settings:
     max_length: int = 1024
     packing: bool = True
     overlong: str = "error"
+    reward: str = "dense"
 
     @classmethod
     def from_config(cls, rl) -> "Settings":
@@ -70,6 +71,8 @@ class Settings:
         if settings.old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"rl.old_logprobs must be 'recompute' or 'rollout', got "
                              f"{settings.old_logprobs!r}")
+        if settings.reward not in REWARDS:
+            raise ValueError(f"rl.reward must be one of {REWARDS}, got {settings.reward!r}")
         if settings.minibatches < 1 or settings.epochs < 1:
             raise ValueError("rl.minibatches and rl.epochs must be >= 1")
         return settings
@@ -168,7 +171,7 @@ class Trainer:
         """Pack and shard samples; returns (Batch on the mesh, Packed host layout)."""
         packed = pack(samples, buckets=self.buckets, num_layers=self.cfg.num_hidden_layers,
                       top_k=self.cfg.num_experts_per_tok, row_multiple=self.row_multiple,
-                      packing=self.s.packing, overlong=self.s.overlong)
+                      packing=self.s.packing, overlong=self.s.overlong, reward=self.s.reward)
         return shard_batch(packed.batch, self.mesh, self.rules), packed
 
     # -- compiled steps --------------------------------------------------------------------------

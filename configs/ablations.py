@@ -1,0 +1,43 @@
+"""Single-axis ablations of the tiny recipe: configs/tiny_cpu.py with exactly one thing changed.
+
+  python experiments/run.py --config configs/ablations.py:no_r3 --workdir runs/abl_no_r3 \
+      --config.reuse=runs/tiny_cpu
+
+Variants (the argument after the colon):
+  no_r3          the actor's training forward routes on its own (rl.r3=False) instead of
+                 replaying the rollout's expert selection
+  binary_reward  PPO optimises the solved/unsolved outcome instead of T1's dense reward
+                 (rl.reward=binary); every other axis matched (pool, SFT actor, critic, seeds)
+  cold_critic    no Critic Warm-Up: PPO starts from a critic whose backbone is the SFT actor and
+                 whose value head is fresh (warmup.steps=0)
+  one_step_off   rollouts of step t+1 run during training of step t (T1's pipeline); the
+                 default tiny run is synchronous
+  sync           the synchronous schedule, spelled out (the tiny_cpu default)
+
+--config.reuse=WORKDIR links the phases the ablation does not change (pool, tokenizer, oracle,
+SFT, Critic Warm-Up, base/SFT evaluations) from a finished main run, so only PPO and its
+evaluation run again (~10 minutes on 2 cores instead of ~40). "no TITO" is not a switch yet: the
+agent records sampled ids end to end; a text round-trip harness is #8's r3_tito_mismatch study.
+"""
+
+import ml_collections
+
+from configs import tiny_cpu
+
+VARIANTS = {
+    "no_r3": lambda c: setattr(c.rl, "r3", False),
+    "binary_reward": lambda c: setattr(c.rl, "reward", "binary"),
+    "cold_critic": lambda c: setattr(c.warmup, "steps", 0),
+    "one_step_off": lambda c: setattr(c, "schedule", "one_step_off"),
+    "sync": lambda c: setattr(c, "schedule", "sync"),
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    if arg not in VARIANTS:
+        raise ValueError(f"configs/ablations.py needs a variant, e.g. configs/ablations.py:no_r3; "
+                         f"got {arg!r}; variants: {sorted(VARIANTS)}")
+    config = tiny_cpu.get_config()
+    VARIANTS[arg](config)
+    config.ablation = arg
+    return config
