@@ -150,3 +150,26 @@ class MetricWriter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def finite_or_none(value):
+    """A finite float, or None (metrics write non-finite values as null)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def format_value(value, kind: str = "num") -> str:
+    """A metric for tables: "–" when missing or non-finite; kind num | pct | int."""
+    value = finite_or_none(value)
+    if value is None:
+        return "–"
+    if kind == "pct":
+        return f"{100 * value:.1f}%"
+    if kind == "int":
+        return f"{value:,.0f}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
