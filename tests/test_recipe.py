@@ -17,10 +17,10 @@ TOY = ["--config.pool.families=write,mkdir", "--config.pool.train_per_family=3",
 pytestmark = pytest.mark.slow
 
 
-def run(workdir):
+def run(workdir, config="tiny_cpu.py", *extra):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), "--config",
-                           str(ROOT / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
-                           *TOY], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                           str(ROOT / "configs" / config), "--workdir", str(workdir),
+                           *TOY, *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc
 
@@ -40,7 +40,27 @@ def test_recipe_runs_every_phase_and_resumes(docker_backend, tmp_path):
     assert "base" in report and "ppo" in report
     assert (tmp_path / "report" / "trajectories.html").is_file()
 
+    timed = [json.loads(line)["phase"] for line in
+             (tmp_path / "timings.jsonl").read_text().splitlines()]
+    assert timed == ["pool", "oracle", "sft", "warmup", "ppo", "eval"]
+    assert "## Wall time" in report
+
     mtime = (tmp_path / "ppo" / "metrics.jsonl").stat().st_mtime
     again = run(tmp_path)
     assert (tmp_path / "ppo" / "metrics.jsonl").stat().st_mtime == mtime  # nothing retrained
     assert "ppo" in again.stdout
+    assert len((tmp_path / "timings.jsonl").read_text().splitlines()) == len(timed)
+
+    # an ablation reuses everything before PPO and trains PPO on the binary outcome
+    ablation = tmp_path.parent / (tmp_path.name + "-binary")
+    run(ablation, "ablations.py:binary_reward", f"--config.reuse={tmp_path}")
+    for name in ("pool", "oracle", "sft", "warmup", "eval/base", "eval/sft"):
+        assert (ablation / name).is_symlink(), name
+    assert not (ablation / "ppo").is_symlink() and (ablation / "ppo" / "DONE").is_file()
+    assert (ablation / "eval" / "ppo" / "summary.json").is_file()
+    assert json.loads((ablation / "config.json").read_text())["rl"]["reward"] == "binary"
+    for line in (ablation / "ppo" / "metrics.jsonl").read_text().splitlines():
+        assert json.loads(line)["reward/trained_mean"] in (0.0, 0.5, 1.0)  # 2 trials, 0 or 1
+    ablation_timed = [json.loads(line)["phase"] for line in
+                      (ablation / "timings.jsonl").read_text().splitlines()]
+    assert ablation_timed == ["ppo", "eval"]

@@ -143,6 +143,12 @@ class Recipe:
 
     # -- phases ------------------------------------------------------------------------------
 
+    def finished(self, phase: str) -> bool:
+        if phase == "eval":
+            return all((self.workdir / "eval" / label / "summary.json").is_file()
+                       for label in ("base", "sft", "ppo"))
+        return _done(self.workdir / phase)
+
     def pool(self) -> None:
         from t1jax.rollout.tokenizer import train_tokenizer
         from t1jax.tasks import families
@@ -305,9 +311,10 @@ def run(config, workdir: Path) -> int:
     with Progress(*columns) as bars:
         recipe.bars = bars
         for phase in [p for p in PHASES if p in wanted and p != "report"]:
+            finished = recipe.finished(phase)  # a finished phase returns at once: not timed
             t0 = time.monotonic()
             getattr(recipe, "final_evals" if phase == "eval" else phase)()
-            if time.monotonic() - t0 > 1.0:  # a phase already done returns at once
+            if not finished:
                 _log_time(workdir, phase, time.monotonic() - t0)
         recipe.bars = None
     if "report" in wanted:

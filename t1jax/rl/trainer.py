@@ -16,6 +16,7 @@ import functools
 import time
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 import optax
 from flax import nnx
@@ -205,6 +206,8 @@ class Trainer:
                         "perf/rows": batch.tokens.shape[0], "perf/length": batch.tokens.shape[1]})
         if packed is not None:
             metrics["batch/dropped_overlong"] = len(packed.dropped)
+            trials = max(len(packed.placements), 1)  # what the critic and actor were given
+            metrics["reward/trained_mean"] = float(np.sum(packed.batch.rewards)) / trials
         if not isinstance(samples_or_batch, Batch):
             metrics.update(metrics_lib.sample_stats(samples_or_batch))
         return metrics
