@@ -81,8 +81,8 @@ def failure_mode(finish: str, report, error: str | None = None) -> str:
 def goal_fraction(report) -> float:
     """Passed goal assertions / goal assertions (all but `test_invariant_*`, which hold before
     the agent acts): progress a do-nothing agent cannot score, unlike the dense reward."""
-    from t1jax.tasks.validate import INVARIANT
-    goals = [a for a in report.assertions if not INVARIANT.search(a.name)]
+    from t1jax.tasks.validate import goal_assertions
+    goals = goal_assertions(report)
     return sum(a.status == "passed" for a in goals) / len(goals) if goals else 0.0
 
 

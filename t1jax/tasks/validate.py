@@ -25,6 +25,11 @@ INVARIANT = re.compile(r"(^|[:.])test_invariant_")
 AGENTS = ("oracle", "nothing")
 
 
+def goal_assertions(report) -> list:
+    """The report's assertions that check the task's goal (all but `test_invariant_*`)."""
+    return [a for a in report.assertions if not INVARIANT.search(a.name)]
+
+
 @dataclasses.dataclass
 class EpisodeResult:
     task_id: str
@@ -38,8 +43,7 @@ class EpisodeResult:
     def goal_passed(self) -> int:
         if self.report is None:
             return 0
-        return sum(a.status == "passed" and not INVARIANT.search(a.name)
-                   for a in self.report.assertions)
+        return sum(a.status == "passed" for a in goal_assertions(self.report))
 
 
 def static_assertion_count(task) -> int:
