@@ -63,7 +63,7 @@ def test_num_experts_and_num_local_experts_both_read():
         ModelConfig.from_hf_dict(d)
 
 
-@pytest.mark.parametrize("field,value", [("model_type", "llama"), ("model_type", "qwen3_5_moe"),
+@pytest.mark.parametrize("field,value", [("model_type", "llama"), ("model_type", "qwen3_next"),
                                          ("architectures", ["LlamaForCausalLM"])])
 def test_other_architectures_rejected(field, value):
     d = {**tiny().to_hf_dict(), field: value}
