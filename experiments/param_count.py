@@ -4,7 +4,8 @@
   python experiments/param_count.py configs/model/tiny.py [more configs...]
 
 A `path.py:arg` suffix is passed to get_config, as with --config. Why: the analytic count is
-how we check that a config's shapes are really the model it claims to be (within 2%).
+how we check that a config's shapes are really the model it claims to be (within 2%; Qwen3.5's
+cards round to whole billions, so e.g. 35B-A3B's 3.46B active reads +15%: see its config).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def report(spec: str) -> str:
     counts = param_counts(model_config_from(config.model))
     lines = [spec]
     scale, unit = (1e9, "B") if counts["total"] >= 1e9 else (1e6, "M")
+    width = max(10, *map(len, counts))  # Qwen3.5 adds linear_attention, shared_expert
     for key, n in counts.items():
-        lines.append(f"  {key:<10} {n:>17,}  {n / scale:9.3f} {unit}")
+        lines.append(f"  {key:<{width}} {n:>17,}  {n / scale:9.3f} {unit}")
     for key, name in (("total", "published_params_b"), ("active", "published_active_b")):
         if name in config:
             published = config[name]

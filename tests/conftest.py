@@ -1,4 +1,5 @@
-"""Shared fixtures: a Docker backend for the real-container tests.
+"""Shared fixtures: a Docker backend for the real-container tests, and the tiny models of both
+families (the engine tests run on each).
 
 Where no Docker engine is reachable those tests skip, except in CI (T1JAX_REQUIRE_DOCKER=1),
 where a missing engine is a failure rather than a silently green run.
@@ -27,3 +28,29 @@ def docker_backend():
         if os.environ.get("T1JAX_REQUIRE_DOCKER") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+_TINY = {"qwen3_moe": "tiny", "qwen3_5_moe": "tiny_qwen35"}
+_TINY_MODELS = {}
+
+
+def tiny_causal_lm(family: str = "qwen3_moe"):
+    """The CausalLM of configs/model/tiny.py (qwen3_moe) or tiny_qwen35.py (qwen3_5_moe), seed
+    0, built once per session: tests must not update it in place."""
+    if family not in _TINY_MODELS:
+        import importlib
+
+        from flax import nnx
+
+        from t1jax.model.config import model_config_from
+        from t1jax.model.transformer import CausalLM
+        module = importlib.import_module(f"configs.model.{_TINY[family]}")
+        _TINY_MODELS[family] = CausalLM(model_config_from(module.get_config().model),
+                                        nnx.Rngs(0))
+    return _TINY_MODELS[family]
+
+
+@pytest.fixture(scope="module", params=sorted(_TINY))
+def any_model(request):
+    """A tiny CausalLM of each family."""
+    return tiny_causal_lm(request.param)

@@ -14,6 +14,7 @@ JOB_CONFIGS = {
     "oracle": [None, "smoke"], "audit": [None], "synth": [None], "pool": [None],
     "ppo": [None, "sft", "critic_warmup"], "eval": [None, "smoke"], "tiny_cpu": [None],
     "qwen3_30b_a3b": [None, "sft", "critic_warmup"],
+    "t1_qwen35_122b": [None, "sft", "critic_warmup"],
     "ablations": ["no_r3", "binary_reward", "cold_critic", "one_step_off", "sync"],
 }
 
@@ -90,3 +91,18 @@ def test_reuse_links_finished_phases_only(tmp_path):
     assert (dst / "sft").resolve() == src / "sft" and (dst / "tokenizer.json").read_text() == "{}"
     assert not (dst / "oracle").exists() and not (dst / "warmup").exists()
     assert link_reused(src, dst) == ["warmup"]  # idempotent; nothing linked twice
+
+
+def test_t1_setting_is_the_report_model_on_a_64_gpu_mesh():
+    """configs/t1_qwen35_122b.py trains Qwen3.5-122B-A10B (the report's base) with the report's
+    fixed choices: R3 and TITO on, dense reward, KL/entropy/load balancing off, oversampling."""
+    from t1jax.model.config import model_config_from, param_counts
+    config = importlib.import_module("configs.t1_qwen35_122b").get_config(None)
+    cfg = model_config_from(config.model)
+    assert cfg.model_type == "qwen3_5_moe_text" and cfg.num_hidden_layers == 48
+    assert round(param_counts(cfg)["total"] / 1e9) == 122
+    m = config.mesh
+    assert m.data * m.fsdp * m.expert * m.tensor == 64 and cfg.num_experts % m.expert == 0
+    assert config.rl.r3 and config.rl.reward == "dense"
+    assert config.rl.kl_loss_coef == config.rl.entropy_coef == config.rl.load_balancing_coef == 0
+    assert config.rollouts.oversample > 1 and config.rollouts.max_turns >= 300

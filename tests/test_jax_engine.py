@@ -1,6 +1,8 @@
 """JaxEngine against the full forward: greedy ids equal a naive argmax loop that re-runs the whole
 sequence, log-probs and expert routes equal the full forward's, batching (continuous, rows of
-different lengths) changes nothing, and the compiled steps are reused across calls.
+different lengths) changes nothing, and the compiled steps are reused across calls. The tests
+against the full forward run on the hybrid Qwen3.5 model too (recurrent state in its linear
+layers, keys and values in its attention layer).
 """
 
 import jax
@@ -9,9 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs.model.tiny import get_config
-from t1jax.model.config import model_config_from
-from t1jax.model.transformer import CausalLM
+from conftest import tiny_causal_lm
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine, sample
 
@@ -22,7 +22,7 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
 
 @pytest.fixture(scope="module")
 def model():
-    return CausalLM(model_config_from(get_config().model), nnx.Rngs(0))
+    return tiny_causal_lm("qwen3_moe")
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,13 @@ def engine(model):
 
 
 @pytest.fixture(scope="module")
-def full(model):
+def any_engine(any_model):
+    return JaxEngine(any_model, max_batch=2, max_len=MAX_LEN, prefill_buckets=(8, 16))
+
+
+@pytest.fixture(scope="module")
+def full(any_model):
+    model = any_model
     """Full forward of one sequence padded to WIDTH (causal: the padding after it is unseen)."""
     graphdef, state = nnx.split(model)
     fwd = jax.jit(lambda state, tokens: nnx.merge(graphdef, state)(tokens))
@@ -41,6 +47,7 @@ def full(model):
         tokens[0, :len(seq)] = seq
         out = fwd(state, jnp.asarray(tokens))
         return np.asarray(out.logits[0, :len(seq)]), np.asarray(out.routes[0, :len(seq)])
+    run.moe_layers = model.model.cfg.moe_layers
     return run
 
 
@@ -55,11 +62,12 @@ def check_against_full(full, prompt, res):
     assert res.routed_experts.dtype == np.int32
     assert res.routed_experts.shape == (len(seq) - 1, 4, 2)
     np.testing.assert_array_equal(res.routed_experts, routes[:-1])
-    assert (res.routed_experts[:, 0] == -1).all() and (res.routed_experts[:, 1:] >= 0).all()
+    for layer in range(4):  # dense layers report -1, MoE layers real experts
+        assert ((res.routed_experts[:, layer] >= 0) == (layer in full.moe_layers)).all()
 
 
-def test_greedy_equals_naive_full_forward_loop(engine, full):
-    results = engine.generate(PROMPTS[:2], GREEDY)
+def test_greedy_equals_naive_full_forward_loop(any_engine, full):
+    results = any_engine.generate(PROMPTS[:2], GREEDY)
     for prompt, res in zip(PROMPTS, results):
         seq = list(prompt)
         for _ in range(GREEDY.max_new_tokens):
@@ -69,21 +77,21 @@ def test_greedy_equals_naive_full_forward_loop(engine, full):
         check_against_full(full, prompt, res)  # greedy reports log_softmax at T=1
 
 
-def test_sampled_logprobs_and_routes_match_full_forward(engine, full):
+def test_sampled_logprobs_and_routes_match_full_forward(any_engine, full):
     params = [SamplingParams(temperature=1.0, max_new_tokens=8, seed=s) for s in range(3)]
-    for prompt, res in zip(PROMPTS, engine.generate(PROMPTS[:3], params)):
+    for prompt, res in zip(PROMPTS, any_engine.generate(PROMPTS[:3], params)):
         assert len(res.output_ids) == 8
         check_against_full(full, prompt, res)
 
 
-def test_batched_equals_one_by_one(engine):
+def test_batched_equals_one_by_one(any_engine):
     """5 prompts of lengths 2..11 through 2 slots (continuous batching, two buckets) give the
     same ids, log-probs and routes as each prompt alone."""
     params = [SamplingParams(temperature=0.8, top_p=0.9, top_k=50, max_new_tokens=3 + i, seed=i)
               for i in range(len(PROMPTS))]
-    batched = engine.generate(PROMPTS, params)
+    batched = any_engine.generate(PROMPTS, params)
     for prompt, p, res in zip(PROMPTS, params, batched):
-        alone = engine.generate([prompt], p)[0]
+        alone = any_engine.generate([prompt], p)[0]
         assert res.output_ids == alone.output_ids
         np.testing.assert_allclose(res.output_logprobs, alone.output_logprobs, atol=1e-5)
         np.testing.assert_array_equal(res.routed_experts, alone.routed_experts)

@@ -3,6 +3,7 @@ counts, and the loud rejections (other architectures, scaled RoPE, sliding windo
 
 import importlib.util
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,114 @@ def test_param_counts_match_transformers(hf, kw):
     moe = sum(p.numel() for n, p in model.named_parameters() if ".mlp.experts." in n
               or ".mlp.gate." in n)
     assert counts["moe"] == moe
+
+
+# -- Qwen3.5-MoE (qwen3_5_moe_text) ---------------------------------------------------------------
+
+QWEN3_5 = ("qwen3_5_35b_a3b", "qwen3_5_122b_a10b")
+
+
+@pytest.mark.parametrize("name", QWEN3_5)
+def test_qwen3_5_configs_match_published_sizes(name):
+    """Qwen's cards give Qwen3.5 sizes in whole billions ("35B in total and 3B activated"). Our
+    text-only totals are within 1% (the vision tower and MTP head are not counted); the active
+    counts are only as exact as that rounding (35B-A3B: 3.46B, +15%), so they are compared in
+    whole billions."""
+    config = load_config(name)
+    cfg = model_config_from(config.model)
+    assert cfg.model_type == "qwen3_5_moe_text" and cfg.hybrid
+    assert cfg.attention_layers == tuple(range(3, cfg.num_hidden_layers, 4))
+    assert ModelConfig(**config.model) == cfg
+    counts = param_counts(cfg)
+    assert abs(counts["total"] / (config.published_params_b * 1e9) - 1) < 0.03
+    assert round(counts["total"] / 1e9) == config.published_params_b
+    assert round(counts["active"] / 1e9) == config.published_active_b
+
+
+def _mesh_devices(devices: str) -> int:
+    """JAX devices of a mesh's hardware: TPU v5p-N has N TensorCores, two per chip, one device
+    per chip; "8xH200" is 8 GPUs."""
+    if devices.startswith("tpu v5p-"):
+        return int(devices.removeprefix("tpu v5p-")) // 2
+    return int(devices.split("x")[0])
+
+
+@pytest.mark.parametrize("arg", [None, "gpu"])
+@pytest.mark.parametrize("name", [*REAL, *QWEN3_5])
+def test_real_config_meshes_fit_devices_and_shapes(name, arg):
+    config = load_config(name, arg)
+    cfg, m = model_config_from(config.model), config.mesh
+    assert m.data * m.fsdp * m.expert * m.tensor == _mesh_devices(m.devices)
+    assert cfg.num_experts % m.expert == 0 and cfg.hidden_size % m.fsdp == 0
+
+
+def test_qwen3_5_35b_shapes_are_transformers_defaults(hf):
+    """transformers' Qwen3_5MoeTextConfig defaults are Qwen3.5-35B-A3B's shapes; its RoPE base,
+    context length and token ids are the checkpoint's, not HF's defaults."""
+    ours = model_config_from(load_config("qwen3_5_35b_a3b").model)
+    keep = ("rope_theta", "max_position_embeddings", "bos_token_id", "eos_token_id",
+            "pad_token_id", "param_dtype", "compute_dtype")
+    default = ModelConfig.from_hf_dict(hf.Qwen3_5MoeTextConfig().to_dict(),
+                                       **{k: getattr(ours, k) for k in keep})
+    assert default == ours
+
+
+@pytest.mark.parametrize("name", QWEN3_5)
+def test_qwen3_5_configs_round_trip_through_transformers(hf, name):
+    cfg = model_config_from(load_config(name).model)
+    hf_config = hf.Qwen3_5MoeTextConfig.from_dict(cfg.to_hf_dict())
+    assert hf_config.layer_types == list(cfg.layer_types)
+    assert hf_config.linear_num_value_heads == cfg.linear_num_value_heads
+    back = ModelConfig.from_hf_dict(hf_config.to_dict(), param_dtype=cfg.param_dtype,
+                                    compute_dtype=cfg.compute_dtype)
+    assert back == cfg
+
+
+def _random_qwen3_5(hf, seed: int):
+    """A tiny Qwen3.5-MoE text config where every shape that enters the count is drawn at
+    random, with explicit layer types (at least one of each)."""
+    rng = random.Random(seed)
+    layers = rng.randint(2, 5)
+    types = ["linear_attention", "full_attention"]
+    types += [rng.choice(types) for _ in range(layers - 2)]
+    rng.shuffle(types)
+    kv_heads, k_heads, experts = rng.choice([1, 2]), rng.choice([1, 2, 3]), rng.randint(2, 6)
+    return hf.Qwen3_5MoeTextConfig(
+        vocab_size=rng.choice([32, 48, 64]), hidden_size=rng.choice([16, 24, 32]),
+        num_hidden_layers=layers, layer_types=types, num_key_value_heads=kv_heads,
+        num_attention_heads=kv_heads * rng.choice([1, 2, 3]), head_dim=rng.choice([8, 16]),
+        moe_intermediate_size=rng.choice([8, 12, 20]),
+        shared_expert_intermediate_size=rng.choice([8, 24]), num_experts=experts,
+        num_experts_per_tok=rng.randint(1, experts), linear_num_key_heads=k_heads,
+        linear_num_value_heads=k_heads * rng.choice([1, 2]),
+        linear_key_head_dim=rng.choice([4, 8]), linear_value_head_dim=rng.choice([4, 6, 8]),
+        linear_conv_kernel_dim=rng.choice([2, 3, 4]), tie_word_embeddings=seed % 2 == 1,
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000.0,
+                         "partial_rotary_factor": 0.25})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_qwen3_5_param_counts_match_transformers(hf, seed):
+    import torch
+    hf_config = _random_qwen3_5(hf, seed)
+    cfg = ModelConfig.from_hf_dict(hf_config.to_dict())
+    assert cfg.hybrid and cfg.layer_types == tuple(hf_config.layer_types)
+    torch.manual_seed(0)
+    model = hf.Qwen3_5MoeForCausalLM(hf_config)
+    named = dict(model.named_parameters())  # a tied head appears once
+
+    def part(*keys):
+        return sum(p.numel() for n, p in named.items() if any(k in n for k in keys))
+
+    counts = param_counts(cfg)
+    assert counts["total"] == sum(p.numel() for p in model.parameters())
+    assert counts["embedding"] == model.model.embed_tokens.weight.numel()
+    assert counts["lm_head"] == (0 if cfg.tie_word_embeddings else model.lm_head.weight.numel())
+    assert counts["attention"] == part(".self_attn.") - part(".q_norm.", ".k_norm.")
+    assert counts["linear_attention"] == part(".linear_attn.") - part(".linear_attn.norm.")
+    assert counts["moe"] == part(".mlp.experts.", ".mlp.gate.")
+    assert counts["shared_expert"] == part(".mlp.shared_expert")  # and shared_expert_gate
+    assert counts["norms"] == part("norm")
+    unchosen = part(".mlp.experts.") // cfg.num_experts * (cfg.num_experts
+                                                            - cfg.num_experts_per_tok)
+    assert counts["active"] == counts["total"] - unchosen

@@ -58,12 +58,14 @@ def make_hf(tmp_path, seed: int = 0, **overrides):
     return hf, cfg, model
 
 
-def hf_forward(hf, tokens: np.ndarray, attention_mask: np.ndarray | None = None):
+def hf_forward(hf, tokens: np.ndarray, attention_mask: np.ndarray | None = None,
+               router_cls=None):
     """HF float32 logits [B, S, V] and the experts its routers picked: one [B, S, k] array per
-    MoE layer, in layer order (captured by forward hooks on every Qwen3MoeTopKRouter)."""
+    MoE layer, in layer order (captured by forward hooks on every `router_cls`, default
+    Qwen3MoeTopKRouter)."""
+    router_cls = router_cls or transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter
     picked = []
-    routers = [m for m in hf.modules() if isinstance(m, transformers.models.qwen3_moe
-                                                     .modeling_qwen3_moe.Qwen3MoeTopKRouter)]
+    routers = [m for m in hf.modules() if isinstance(m, router_cls)]
     hooks = [r.register_forward_hook(lambda mod, args, out: picked.append(out[2].clone()))
              for r in routers]
     try:

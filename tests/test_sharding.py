@@ -197,13 +197,17 @@ def test_fsdp_leaves_no_large_param_replicated(shape=(2, 2, 2, 1)):
 # -- gradients -------------------------------------------------------------------------------------
 
 def test_sharded_grad_matches_unsharded():
-    cfg = CFG
-    mesh, graphdef, state = sharded_model((2, 2, 2, 1))  # reuses the forward test's model
+    check_sharded_grads(CFG, (2, 2, 2, 1), seed=2)  # reuses the forward test's model
+
+
+def check_sharded_grads(cfg, shape, seed):
+    """One value_and_grad of loss_fn on the `shape` mesh against one device; returns the
+    sharded gradients."""
+    mesh, graphdef, state = sharded_model(shape, cfg)
     state_shardings = sharding.shardings(sharding.param_specs(state, mesh), mesh)
     tok_s = named(mesh, ("batch", "length"), (B, S))
-    tokens = tokens_for(cfg, seed=2)
+    tokens = tokens_for(cfg, seed=seed)
     value_and_grad = jax.value_and_grad(loss_fn(graphdef))
-
     step = jax.jit(value_and_grad, in_shardings=(state_shardings, tok_s),
                    out_shardings=(NamedSharding(mesh, P()), state_shardings),
                    compiler_options=FAST_COMPILE)
@@ -211,8 +215,14 @@ def test_sharded_grad_matches_unsharded():
         loss, grads = step(state, jax.device_put(tokens, tok_s))
     ref_loss, ref_grads = jax.jit(value_and_grad, compiler_options=FAST_COMPILE)(
         on_one_device(state), tokens)
-
     np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6)
+    assert_grads_match(grads, ref_grads, state)
+    return grads
+
+
+def assert_grads_match(grads, ref_grads, state):
+    """Sharded gradients equal the single-device ones (to 1e-5 of each gradient's largest
+    entry), laid out like their parameters, and not all zero."""
     flat, ref_flat = nnx.to_flat_state(grads), nnx.to_flat_state(ref_grads)
     params = nnx.to_flat_state(state)
     for (path, g), (ref_path, r), (_, p) in zip(flat, ref_flat, params, strict=True):
@@ -223,6 +233,30 @@ def test_sharded_grad_matches_unsharded():
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-5 * scale, rtol=1e-4,
                                    err_msg=str(path))
     assert any(float(np.max(np.abs(np.asarray(v.get_value())))) > 0 for _, v in flat)
+
+
+# -- the hybrid Qwen3.5 model ----------------------------------------------------------------------
+
+def hybrid_config():
+    spec = importlib.util.spec_from_file_location("tiny_qwen35",
+                                                  ROOT / "configs" / "model" / "tiny_qwen35.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return model_config_from(module.get_config().model).replace(
+        vocab_size=256, hidden_size=64, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+        head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16, tie_word_embeddings=False)
+
+
+def test_hybrid_sharded_forward_and_grad_match_single_device(shape=(2, 1, 2, 2)):
+    """Qwen3.5 (linear heads and attention heads on `tensor`, experts on `expert`): the sharded
+    forward and gradients equal one device's."""
+    cfg = hybrid_config()
+    mesh, _, state = sharded_model(shape, cfg)
+    specs = dict(nnx.to_flat_state(sharding.param_specs(state, mesh)))
+    assert "tensor" in specs[("model", "layers", 0, "attn", "v")]  # linear heads are split
+    grads = check_sharded_grads(cfg, shape, seed=3)
+    a_log = dict(nnx.to_flat_state(grads))[("model", "layers", 0, "attn", "A_log")]
+    assert float(np.max(np.abs(np.asarray(a_log.get_value())))) > 0  # the decay is trained
 
 
 # -- spec_for --------------------------------------------------------------------------------------

@@ -418,3 +418,37 @@ def test_host_batch_and_sample_list_share_one_compile(single):
     single.ppo_step(packed_batch(make_samples(9)).batch)
     single.ppo_step(make_samples(10))
     assert _ppo_cache_size(single) == 1
+
+
+def test_hybrid_qwen35_ppo_step_with_zero_gap(fast):
+    """The trainer on the hybrid Qwen3.5 model (every layer MoE, linear-attention layers over
+    packed rows): rollout log-probs and routes from the same weights give a zero log-prob gap
+    and zero routing disagreement under R3, and one PPO step moves both the actor's linear
+    attention and the critic."""
+    from test_sharding import hybrid_config
+    cfg = hybrid_config()
+    t = with_trained_head(Trainer(cfg, SETTINGS, sharding.make_mesh(devices=jax.devices()[:1]),
+                                  seed=0))
+    samples = make_samples(11)
+    for s in samples:  # every Qwen3.5 layer is MoE: shape the routes for 4 layers
+        s.routes = np.full((len(s.tokens), cfg.num_hidden_layers, cfg.num_experts_per_tok), -1,
+                           np.int32)
+    packed = pack(samples, buckets=[32, 64], num_layers=cfg.num_hidden_layers,
+                  top_k=cfg.num_experts_per_tok, row_multiple=8)
+    before = host(t.state)
+    params = before.actor
+    _, free = actor_forward(t, params, packed.batch, replay=False)
+    assert (free[packed.batch.segment_ids > 0] >= 0).all()  # every layer routes every token
+    batch = with_(packed.batch, routes=_last_token_unrecorded(free, packed.placements))
+    logp, _ = actor_forward(t, params, batch, replay=True)
+    batch = with_(batch, rollout_logprobs=np.where(batch.loss_mask > 0, logp, 0.0))
+    m = t.ppo_step(batch)
+    assert m["mismatch/logprob_gap_max"] < 1e-5
+    assert m["mismatch/routing_disagreement"] == 0.0
+    assert all(np.isfinite(v) for k, v in m.items() if isinstance(v, float))
+    after = host(t.state)
+    moved = lambda tree, *path: not np.array_equal(  # noqa: E731
+        flat(tree)[path], flat(before.actor if tree is after.actor else before.critic)[path])
+    assert moved(after.actor, "model", "layers", 0, "attn", "A_log")
+    assert moved(after.actor, "model", "layers", 1, "attn", "conv_k")
+    assert moved(after.critic, "model", "layers", 3, "attn", "gate")

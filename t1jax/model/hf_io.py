@@ -2,8 +2,15 @@
 
 Loading builds each parameter with `jax.make_array_from_callback`, so a host reads only the
 tensors (and, for sharded parameters, only the slices) that its own devices hold: the whole model
-never sits in one host's memory. Export writes the on-disk layout of HF Qwen3-MoE checkpoints
-(per-expert `experts.{e}.{gate,up,down}_proj.weight`), which transformers and SGLang load.
+never sits in one host's memory. Export writes the on-disk layout transformers' save_pretrained writes for
+Qwen3MoeForCausalLM / Qwen3_5MoeForCausalLM (per-expert `experts.{e}.{gate,up,down}_proj.weight`).
+Qwen3.5 checkpoints from the Hub (the multimodal wrapper) keep the text model under
+`model.language_model.`; loading finds tensors under either prefix and ignores the rest
+(vision tower, multi-token-prediction layers).
+
+Qwen3.5 fuses tensors that t1jax keeps apart so that heads shard alike (see
+t1jax.model.linear_attention): `q_proj` holds each head's query then its output gate;
+`in_proj_qkv` and `conv1d` hold q, k and v channels one after the other.
 """
 
 from __future__ import annotations
@@ -19,10 +26,46 @@ from flax import nnx
 from t1jax.model.config import ModelConfig
 
 
+def _linear_map(cfg: ModelConfig, i: int) -> dict:
+    """A Qwen3.5 linear-attention layer's token mixer (HF `linear_attn`)."""
+    d, hk, hv = cfg.hidden_size, cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    p, ours = f"model.layers.{i}.linear_attn.", ("layers", i, "attn")
+    cuts = {"q": (0, hk * dk, hk, dk), "k": (hk * dk, 2 * hk * dk, hk, dk),
+            "v": (2 * hk * dk, 2 * hk * dk + hv * dv, hv, dv)}
+    m = {}
+    for name, (lo, hi, heads, dim) in cuts.items():
+        m[ours + (name,)] = ([p + "in_proj_qkv.weight"],
+                             lambda t, lo=lo, hi=hi, n=heads, k=dim: t[0][lo:hi].T.reshape(d, n, k))
+        m[ours + (f"conv_{name}",)] = (
+            [p + "conv1d.weight"],
+            lambda t, lo=lo, hi=hi, n=heads, k=dim: t[0][lo:hi, 0, :].T.reshape(-1, n, k))
+    m.update({
+        ours + ("z",): ([p + "in_proj_z.weight"], lambda t: t[0].T.reshape(d, hv, dv)),
+        ours + ("b",): ([p + "in_proj_b.weight"], lambda t: t[0].T),
+        ours + ("a",): ([p + "in_proj_a.weight"], lambda t: t[0].T),
+        ours + ("dt_bias",): ([p + "dt_bias"], lambda t: t[0]),
+        ours + ("A_log",): ([p + "A_log"], lambda t: t[0]),
+        ours + ("norm", "weight"): ([p + "norm.weight"], lambda t: t[0]),
+        ours + ("out",): ([p + "out_proj.weight"], lambda t: t[0].T.reshape(hv, dv, d)),
+    })
+    return m
+
+
+def _gated_query(cfg: ModelConfig, half: int):
+    """Qwen3.5's q_proj [heads * 2 * head_dim, d]: per head, the query (half 0) then the gate."""
+    d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
+    return lambda t: t[0].reshape(h, 2, hd, d)[:, half].transpose(2, 0, 1)
+
+
 def _layer_map(cfg: ModelConfig, i: int) -> dict:
     """our param path (within the backbone) -> (hf keys, hf tensors -> our array)."""
     d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     p = f"model.layers.{i}."
+    if cfg.is_linear_layer(i):
+        m = _linear_map(cfg, i)
+        m.update(_norms_and_mlp(cfg, i))
+        return m
     m = {
         ("layers", i, "attn", "q"): ([p + "self_attn.q_proj.weight"], lambda t: t[0].T.reshape(d, h, hd)),
         ("layers", i, "attn", "k"): ([p + "self_attn.k_proj.weight"], lambda t: t[0].T.reshape(d, kv, hd)),
@@ -30,15 +73,29 @@ def _layer_map(cfg: ModelConfig, i: int) -> dict:
         ("layers", i, "attn", "o"): ([p + "self_attn.o_proj.weight"], lambda t: t[0].T.reshape(h, hd, d)),
         ("layers", i, "attn", "q_norm", "weight"): ([p + "self_attn.q_norm.weight"], lambda t: t[0]),
         ("layers", i, "attn", "k_norm", "weight"): ([p + "self_attn.k_norm.weight"], lambda t: t[0]),
-        ("layers", i, "input_norm", "weight"): ([p + "input_layernorm.weight"], lambda t: t[0]),
-        ("layers", i, "post_attn_norm", "weight"): ([p + "post_attention_layernorm.weight"],
-                                                    lambda t: t[0]),
     }
+    if cfg.hybrid:
+        m[("layers", i, "attn", "q")] = ([p + "self_attn.q_proj.weight"], _gated_query(cfg, 0))
+        m[("layers", i, "attn", "gate")] = ([p + "self_attn.q_proj.weight"], _gated_query(cfg, 1))
     if cfg.attention_bias:
         for name, heads in (("q", h), ("k", kv), ("v", kv)):
             m[("layers", i, "attn", f"{name}_bias")] = (
                 [p + f"self_attn.{name}_proj.bias"], lambda t, n=heads: t[0].reshape(n, hd))
         m[("layers", i, "attn", "o_bias")] = ([p + "self_attn.o_proj.bias"], lambda t: t[0])
+    m.update(_norms_and_mlp(cfg, i))
+    return m
+
+
+def _norms_and_mlp(cfg: ModelConfig, i: int) -> dict:
+    p = f"model.layers.{i}."
+    m = {("layers", i, "input_norm", "weight"): ([p + "input_layernorm.weight"], lambda t: t[0]),
+         ("layers", i, "post_attn_norm", "weight"): ([p + "post_attention_layernorm.weight"],
+                                                     lambda t: t[0])}
+    if cfg.shared_expert_intermediate_size:
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            m[("layers", i, "shared", ours)] = ([p + f"mlp.shared_expert.{theirs}.weight"],
+                                                lambda t: t[0].T)
+        m[("layers", i, "shared_gate")] = ([p + "mlp.shared_expert_gate.weight"], lambda t: t[0].T)
     if cfg.is_moe_layer(i):
         experts = range(cfg.num_experts)
         m[("layers", i, "mlp", "router")] = ([p + "mlp.gate.weight"], lambda t: t[0].T)
@@ -78,6 +135,9 @@ class _Reader:
         self.path, self.weight_map, self._open, self._safe_open = path, weight_map, {}, safe_open
 
     def get(self, key: str) -> np.ndarray:
+        if key not in self.weight_map and key.startswith("model."):
+            wrapped = "model.language_model." + key[len("model."):]  # a Hub Qwen3.5 checkpoint
+            key = wrapped if wrapped in self.weight_map else key
         if key not in self.weight_map:
             raise KeyError(f"{self.path}: checkpoint has no tensor {key!r}")
         file = self.weight_map[key]
@@ -124,22 +184,36 @@ def load_hf(model: nnx.Module, path, head: str = "lm") -> nnx.Module:
 
 
 def export_hf(model: nnx.Module, path, dtype: str | None = None,
-              max_shard_bytes: int = 4 * 2**30) -> Path:
+              max_shard_bytes: int = 4 * 2**30, hub_layout: bool | None = None) -> Path:
     """Write the policy as HF safetensors + config.json (sharded with an index past
-    `max_shard_bytes`), loadable by transformers and SGLang's /update_weights_from_disk."""
+    `max_shard_bytes`), loadable by transformers and SGLang's /update_weights_from_disk.
+
+    hub_layout (Qwen3.5 only; default: on for Qwen3.5): write what the Hub's checkpoints hold,
+    the text model under `model.language_model.` and a `qwen3_5_moe` config.json wrapping it as
+    `text_config` (Qwen3_5MoeForConditionalGeneration), because that is the architecture SGLang
+    serves Qwen3.5 as; off: transformers' Qwen3_5MoeForCausalLM layout."""
     from safetensors.numpy import save_file
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = model.model.cfg
     _, state = nnx.split(model)
     flat = dict(nnx.to_flat_state(state))
-    tensors: dict[str, np.ndarray] = {}
+    get = lambda key: _to_numpy(jax.device_get(flat[key].get_value()))  # noqa: E731
+    tensors = _fused(cfg, get)
     for key, (hf_keys, convert) in param_map(cfg, "lm").items():
-        ours = _to_numpy(jax.device_get(flat[key].get_value()))
-        for hf_key, value in zip(hf_keys, _from_ours(ours, hf_keys, cfg)):
+        if hf_keys[0] in tensors:
+            continue
+        for hf_key, value in zip(hf_keys, _from_ours(get(key), hf_keys, cfg)):
             tensors[hf_key] = value
     if dtype:
         tensors = {k: v.astype(jnp.dtype(dtype)) for k, v in tensors.items()}
+    hub_layout = cfg.hybrid if hub_layout is None else hub_layout
+    if hub_layout and not cfg.hybrid:
+        raise ValueError("hub_layout is Qwen3.5's multimodal checkpoint layout; "
+                         f"{cfg.model_type} checkpoints have no wrapper")
+    if hub_layout:
+        tensors = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k):
+                   v for k, v in tensors.items()}
     shards, current, size = [], {}, 0
     for key in sorted(tensors):
         if current and size + tensors[key].nbytes > max_shard_bytes:
@@ -162,15 +236,44 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
     hf_config = cfg.to_hf_dict()
     stored = dtype or str(np.dtype(next(iter(tensors.values())).dtype))
     hf_config["dtype"] = hf_config["torch_dtype"] = stored  # transformers 5 reads `dtype` first
+    if hub_layout:
+        text = {k: v for k, v in hf_config.items() if k != "architectures"}
+        hf_config = {"architectures": ["Qwen3_5MoeForConditionalGeneration"],
+                     "model_type": "qwen3_5_moe", "text_config": text,
+                     "tie_word_embeddings": cfg.tie_word_embeddings,
+                     "dtype": stored, "torch_dtype": stored}
     (path / "config.json").write_text(json.dumps(hf_config, indent=2))
     return path
 
 
+def _fused(cfg: ModelConfig, get) -> dict[str, np.ndarray]:
+    """Qwen3.5's fused HF tensors, each built from several of our parameters."""
+    out = {}
+    for i in range(cfg.num_hidden_layers if cfg.hybrid else 0):
+        p, ours = f"model.layers.{i}.", ("model", "layers", i, "attn")
+        if cfg.is_linear_layer(i):
+            qkv = [get(ours + (n,)) for n in ("q", "k", "v")]
+            out[p + "linear_attn.in_proj_qkv.weight"] = np.concatenate(
+                [w.reshape(w.shape[0], -1).T for w in qkv])
+            conv = [get(ours + (f"conv_{n}",)) for n in ("q", "k", "v")]
+            out[p + "linear_attn.conv1d.weight"] = np.concatenate(
+                [w.reshape(w.shape[0], -1).T for w in conv])[:, None, :]
+        else:
+            q, gate = get(ours + ("q",)), get(ours + ("gate",))  # [d, heads, head_dim]
+            both = np.stack([q, gate], axis=2)  # [d, heads, 2, head_dim]
+            out[p + "self_attn.q_proj.weight"] = both.reshape(both.shape[0], -1).T
+    return out
+
+
 def _from_ours(ours: np.ndarray, hf_keys: list[str], cfg: ModelConfig) -> list[np.ndarray]:
-    """The inverse of each conversion in `param_map`."""
+    """The inverse of each (unfused) conversion in `param_map`."""
     name = hf_keys[0]
     if ".experts." in name:
         return [ours[e].T for e in range(ours.shape[0])]
+    if name.endswith("in_proj_z.weight"):
+        return [ours.reshape(ours.shape[0], -1).T]
+    if name.endswith("out_proj.weight"):
+        return [ours.reshape(-1, ours.shape[-1]).T]
     if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
         return [ours.reshape(ours.shape[0], -1).T]
     if name.endswith("o_proj.weight"):

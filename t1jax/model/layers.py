@@ -29,28 +29,38 @@ def constrain(x: jax.Array, names: tuple) -> jax.Array:
 
 
 class RMSNorm(nnx.Module):
-    def __init__(self, dim: int, eps: float, dtype):
-        self.weight = param(None, (dim,), ("norm",), dtype, init="ones")
-        self.eps = eps
+    """Qwen3's RMSNorm (weight starts at 1; normalise in float32, cast, then scale), or with
+    `zero_centered` Qwen3.5's (weight starts at 0 and scales by 1 + weight in float32, then
+    casts): the two round differently in bfloat16, so each follows its HF original."""
+
+    def __init__(self, dim: int, eps: float, dtype, zero_centered: bool = False):
+        self.weight = param(None, (dim,), ("norm",), dtype,
+                            init="zeros" if zero_centered else "ones")
+        self.eps, self.zero_centered = eps, zero_centered
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # as HF: normalise in float32, cast back, then scale
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        if self.zero_centered:
+            return (normed * (1.0 + self.weight[...].astype(jnp.float32))).astype(x.dtype)
         return self.weight[...].astype(x.dtype) * normed.astype(x.dtype)
 
 
-def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """Rotary embedding in HF's rotate-half layout. x: [B, S, heads, head_dim]; positions [B, S]."""
-    head_dim = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, S, hd/2]
+def rope(x: jax.Array, positions: jax.Array, theta: float,
+         rotary_dim: int | None = None) -> jax.Array:
+    """Rotary embedding in HF's rotate-half layout on the first `rotary_dim` dims of each head
+    (default all; Qwen3.5 rotates a quarter), the rest passing through.
+    x: [B, S, heads, head_dim]; positions [B, S]."""
+    dim = x.shape[-1] if rotary_dim is None else rotary_dim
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, S, dim/2]
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
     cos, sin = jnp.cos(angles), jnp.sin(angles)
     x32 = x.astype(jnp.float32)
-    half = head_dim // 2
-    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
-    return (x32 * cos + rotated * sin).astype(x.dtype)
+    rot, rest = x32[..., :dim], x32[..., dim:]
+    half = dim // 2
+    rotated = jnp.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)
+    return jnp.concatenate([rot * cos + rotated * sin, rest], axis=-1).astype(x.dtype)
 
 
 class MLP(nnx.Module):

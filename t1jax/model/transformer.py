@@ -1,5 +1,10 @@
-"""The Qwen3-MoE decoder with two heads: `CausalLM` (the policy: logits) and `ValueModel` (the
-critic: one scalar per token). Both return the expert routes they used for every token and
+"""The Qwen3-MoE / Qwen3.5-MoE decoder with two heads: `CausalLM` (the policy: logits) and
+`ValueModel` (the critic: one scalar per token). Qwen3.5 layers differ in four places, all
+chosen by the config: linear attention (t1jax.model.linear_attention) on the layers
+`layer_types` names, a sigmoid output gate and partial RoPE in full attention, zero-centred
+RMSNorms, and a gated shared expert added to the routed experts.
+
+Both heads return the expert routes they used for every token and
 layer, as int32 [batch, seq, layers, k] with -1 for dense layers and padding, and take the same
 shape back as `routes` to replay them (R3).
 
@@ -19,6 +24,7 @@ from flax import nnx
 from t1jax.model.cache import KVCache, write_and_read
 from t1jax.model.config import ModelConfig
 from t1jax.model.layers import MLP, RMSNorm, constrain, param, rope
+from t1jax.model.linear_attention import GatedDeltaNet
 from t1jax.model.moe import MoE
 
 NEG_INF = -1e30
@@ -42,14 +48,17 @@ class Attention(nnx.Module):
         self.k = param(rngs, (d, kv, hd), ("embed", "kv_heads", "head_dim"), dtype)
         self.v = param(rngs, (d, kv, hd), ("embed", "kv_heads", "head_dim"), dtype)
         self.o = param(rngs, (h, hd, d), ("q_heads", "head_dim", "embed"), dtype)
+        if cfg.hybrid:  # Qwen3.5: the output is gated per element by sigmoid(x @ gate)
+            self.gate = param(rngs, (d, h, hd), ("embed", "q_heads", "head_dim"), dtype)
         if cfg.attention_bias:
             self.q_bias = param(None, (h, hd), ("q_heads", "head_dim"), dtype, init="zeros")
             self.k_bias = param(None, (kv, hd), ("kv_heads", "head_dim"), dtype, init="zeros")
             self.v_bias = param(None, (kv, hd), ("kv_heads", "head_dim"), dtype, init="zeros")
             self.o_bias = param(None, (d,), ("embed",), dtype, init="zeros")
-        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype)
-        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype, zero_centered=cfg.hybrid)
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype, zero_centered=cfg.hybrid)
         self.bias, self.theta, self.kv_heads = cfg.attention_bias, cfg.rope_theta, kv
+        self.gated, self.rotary_dim = cfg.hybrid, cfg.rotary_dim
 
     def __call__(self, x, positions, segment_ids, cache_layer=None, cache_lengths=None):
         dt = x.dtype
@@ -59,8 +68,8 @@ class Attention(nnx.Module):
         if self.bias:
             q, k, v = q + self.q_bias[...].astype(dt), k + self.k_bias[...].astype(dt), \
                 v + self.v_bias[...].astype(dt)
-        q = rope(self.q_norm(q), positions, self.theta)
-        k = rope(self.k_norm(k), positions, self.theta)
+        q = rope(self.q_norm(q), positions, self.theta, self.rotary_dim)
+        k = rope(self.k_norm(k), positions, self.theta, self.rotary_dim)
         q = constrain(q, ("batch", "length", "q_heads", "head_dim"))
         if cache_layer is None:
             keys, values = k, v
@@ -73,6 +82,9 @@ class Attention(nnx.Module):
                 cache_layer, k, v, positions, segment_ids, cache_lengths)
             mask = (key_positions[:, None, :] <= positions[:, :, None]) & key_valid[:, None, :]
         out = attend(q, keys, values, mask, self.kv_heads)
+        if self.gated:
+            gate = jnp.einsum("bsd,dhk->bshk", x, self.gate[...].astype(dt))
+            out = out * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(dt)
         out = jnp.einsum("bshk,hkd->bsd", out, self.o[...].astype(dt))
         if self.bias:
             out = out + self.o_bias[...].astype(dt)
@@ -93,9 +105,15 @@ def attend(q, k, v, mask_bst, kv_heads: int):
 
 class DecoderLayer(nnx.Module):
     def __init__(self, cfg: ModelConfig, index: int, dtype, rngs: nnx.Rngs):
-        self.attn = Attention(cfg, dtype, rngs)
-        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.is_linear = cfg.is_linear_layer(index)
+        self.attn = (GatedDeltaNet(cfg, dtype, rngs) if self.is_linear
+                     else Attention(cfg, dtype, rngs))
+        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, cfg.hybrid)
+        self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, cfg.hybrid)
+        if cfg.shared_expert_intermediate_size:  # Qwen3.5: always on, gated per token
+            self.shared = MLP(cfg.hidden_size, cfg.shared_expert_intermediate_size, dtype, rngs)
+            self.shared_gate = param(rngs, (cfg.hidden_size, 1), ("embed", None), dtype)
+        self.has_shared = bool(cfg.shared_expert_intermediate_size)
         self.is_moe = cfg.is_moe_layer(index)
         if self.is_moe:
             self.mlp = MoE(cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts,
@@ -106,8 +124,11 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, x, positions, segment_ids, route_indices=None, cache_layer=None,
                  cache_lengths=None):
-        h, new_layer = self.attn(self.input_norm(x), positions, segment_ids, cache_layer,
-                                 cache_lengths)
+        if self.is_linear:
+            h, new_layer = self.attn(self.input_norm(x), segment_ids, cache_layer, cache_lengths)
+        else:
+            h, new_layer = self.attn(self.input_norm(x), positions, segment_ids, cache_layer,
+                                     cache_lengths)
         x = x + h
         normed = self.post_attn_norm(x)
         b, s, d = x.shape
@@ -119,6 +140,10 @@ class DecoderLayer(nnx.Module):
             free = free.reshape(b, s, -1)
         else:
             y, indices, aux, free = self.mlp(normed), None, None, None
+        if self.has_shared:
+            weight = jax.nn.sigmoid((normed @ self.shared_gate[...].astype(normed.dtype))
+                                    .astype(jnp.float32)).astype(normed.dtype)
+            y = y + weight * self.shared(normed)
         x = constrain(x + y, ("batch", "length", "embed"))
         return x, (indices, free), aux, new_layer
 
@@ -132,7 +157,7 @@ class Transformer(nnx.Module):
         self.embed = param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), dtype)
         self.layers = nnx.List([DecoderLayer(cfg, i, dtype, rngs)
                                 for i in range(cfg.num_hidden_layers)])
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, cfg.hybrid)
 
     def __call__(self, tokens, positions=None, segment_ids=None, routes=None, cache=None):
         cfg = self.cfg

@@ -18,7 +18,10 @@ keys it holds and their routes. A later request of that session, if the row is s
 keeps the longest common prefix of its prompt and those tokens and prefills only the rest, at
 positions continuing from there; the kept routes are prepended, so results are the same as with
 a full prefill. Rows are evicted least recently used when a slot is needed (unretained slots
-go first), and all at `load_weights` (their keys came from the old weights).
+go first), and all at `load_weights` (their keys came from the old weights). With linear-
+attention layers (Qwen3.5) a row's recurrent state covers all of its tokens and cannot be cut
+back, so a row is reused only when the prompt extends every token it holds (the multi-turn
+case: previous prompt + output + the new observation); otherwise the prompt is prefilled whole.
 
 Not done: admitting a prompt pauses the decoding rows for one [max_batch, bucket] prefill (no
 chunked prefill, no mixing of prefill and decode in one call); stop ids are checked on the host
@@ -281,6 +284,8 @@ class JaxEngine:
             m = min(len(kept.tokens), len(r.prompt) - 1)  # >= 1 token left to prefill
             same = kept.tokens[:m] == np.asarray(r.prompt[:m], np.int32)
             r.start = int(m if same.all() else np.argmin(same))
+            if self.cfg.linear_layers and r.start != len(kept.tokens):
+                r.start = 0  # a recurrent state cannot be cut back to a shorter prefix
         if r.session is not None:
             hit = r.start > 0
             self.stats["session_hits" if hit else "session_misses"] += 1

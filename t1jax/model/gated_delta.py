@@ -1,0 +1,161 @@
+"""The Gated Delta Rule, the linear-attention core of Qwen3.5 / Qwen3-Next's Gated DeltaNet layers.
+
+Per head the state S [dk, dv] evolves token by token as
+    S = exp(g_t) * S
+    S = S + k_t^T ((v_t - k_t S) * beta_t)
+    o_t = q_t S
+Two forms with one contract: `recurrent_gated_delta` scans over tokens (decode and the reference),
+`chunked_gated_delta` is the parallel training form (the UT/WY transform of transformers'
+torch_chunk_gated_delta_rule): a unit-lower-triangular system inside each chunk, then a scan over
+chunks.
+
+q and k are used as given: the caller L2-normalises both and scales q by dk**-0.5. H is the number of
+value heads (the caller repeats q/k heads). segment_ids [B, S] (None = all ones): 0 marks padding,
+which leaves the state unchanged and outputs 0; where the id changes between consecutive non-padding
+tokens the state restarts from zero, so packed rows never leak state across samples. initial_state
+is the state before the row's first token and belongs to its first segment; the returned state
+(float32) is the one after the row's last non-padding token.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def _prepare(q, k, v, g, beta, segment_ids):
+    """float32 inputs with padding neutralised and the reset flags [B, S] (True where a token starts a
+    new segment after an earlier one). Padding gets g = beta = 0, so it leaves the state alone, and
+    q = 0, so its output is 0; k = v = 0 too, so garbage there cannot reach a result as NaN."""
+    b, s = g.shape[:2]
+    if segment_ids is None:
+        segment_ids = jnp.ones((b, s), jnp.int32)
+    valid = segment_ids != 0
+    # The previous non-padding token of each position (-1 if none), so padding between two segments
+    # neither hides nor causes a reset.
+    index = jnp.where(valid, jnp.arange(s)[None, :], -1)
+    last = jax.lax.cummax(index, axis=1)
+    prev = jnp.concatenate([jnp.full((b, 1), -1, last.dtype), last[:, :-1]], axis=1)
+    prev_id = jnp.take_along_axis(segment_ids, jnp.maximum(prev, 0), axis=1)
+    reset = valid & (prev >= 0) & (segment_ids != prev_id)
+
+    v3, v4 = valid[:, :, None], valid[:, :, None, None]
+    q, k, v = (jnp.where(v4, x.astype(jnp.float32), 0.0) for x in (q, k, v))
+    g, beta = (jnp.where(v3, x.astype(jnp.float32), 0.0) for x in (g, beta))
+    return q, k, v, g, beta, reset
+
+
+def _initial(initial_state, b, h, dk, dv):
+    if initial_state is None:
+        return jnp.zeros((b, h, dk, dv), jnp.float32)
+    return initial_state.astype(jnp.float32)
+
+
+def _unit_lower_inverse(a):
+    """(I + A)^-1 for A [..., C, C] strictly lower triangular (its diagonal and upper triangle are
+    never read), C a power of two, by recursive 2x2 block inversion
+        [[X, 0], [Y, Z]]^-1 = [[X^-1, 0], [-Z^-1 Y X^-1, Z^-1]]
+    in log2(C) rounds of batched matmuls. Not jax.scipy.linalg.solve_triangular: on CPU jaxlib's
+    (0.10.2) LAPACK trsm blocks an XLA pool thread while it waits for work queued to that same pool,
+    so two concurrent solves (the backward pass has two) deadlock on a 2-core machine."""
+    c = a.shape[-1]
+    inv = jnp.ones(a.shape[:-2] + (c, 1, 1), a.dtype)  # inverses of the 1x1 diagonal blocks
+    m = 1
+    while m < c:
+        start = 2 * m * jnp.arange(c // (2 * m))[:, None, None]
+        i = jnp.arange(m)
+        y = a[..., start + m + i[:, None], start + i[None, :]]  # each pair's lower-left block
+        x_inv, z_inv = inv[..., 0::2, :, :], inv[..., 1::2, :, :]
+        low = -z_inv @ y @ x_inv
+        inv = jnp.concatenate([jnp.concatenate([x_inv, jnp.zeros_like(low)], axis=-1),
+                               jnp.concatenate([low, z_inv], axis=-1)], axis=-2)
+        m *= 2
+    return inv[..., 0, :, :]
+
+
+def recurrent_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None):
+    """-> (out [B,S,H,dv], final_state [B,H,dk,dv] float32); a lax.scan over tokens (the decode form
+    and the reference for the chunked one)."""
+    dtype = q.dtype
+    b, _, h, dk = q.shape
+    dv = v.shape[-1]
+    q, k, v, g, beta, reset = _prepare(q, k, v, g, beta, segment_ids)
+
+    def step(state, x):
+        q_t, k_t, v_t, g_t, b_t, reset_t = x
+        state = jnp.where(reset_t[:, None, None, None], 0.0, state)
+        state = state * jnp.exp(g_t)[..., None, None]
+        kv = jnp.einsum("bhk,bhkv->bhv", k_t, state)
+        state = state + k_t[..., :, None] * ((v_t - kv) * b_t[..., None])[..., None, :]
+        out = jnp.einsum("bhk,bhkv->bhv", q_t, state)
+        return state, out
+
+    xs = tuple(jnp.moveaxis(x, 1, 0) for x in (q, k, v, g, beta, reset))
+    state, out = jax.lax.scan(step, _initial(initial_state, b, h, dk, dv), xs)
+    return jnp.moveaxis(out, 0, 1).astype(dtype), state
+
+
+def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, chunk_size=64):
+    """-> (out [B,S,H,dv], final_state [B,H,dk,dv] float32); same result as recurrent_gated_delta,
+    computed with matmuls inside chunks of chunk_size tokens and a scan over chunks.
+
+    Segment resets are masks, never -inf in g: a cumulative sum of log decays that contains a huge
+    negative value loses all float32 precision for the tokens after it."""
+    dtype = q.dtype
+    b, s, h, dk = q.shape
+    dv = v.shape[-1]
+    c = chunk_size
+    assert c > 0 and c & (c - 1) == 0, f"chunk_size must be a power of two, got {c}"
+    q, k, v, g, beta, reset = _prepare(q, k, v, g, beta, segment_ids)
+
+    pad = -s % c
+    n = (s + pad) // c
+
+    def chunks(x):
+        """[B, S, ...] -> [B, N, C, ...], padded with zeros (= padding tokens)."""
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+        return x.reshape(b, n, c, *x.shape[2:])
+
+    # Heads before chunks: [B, H, N, C, d] and [B, H, N, C].
+    q, k, v = (jnp.moveaxis(chunks(x), 3, 1) for x in (q, k, v))
+    g, beta = (jnp.moveaxis(chunks(x), 3, 1) for x in (g, beta))
+
+    # Resets so far inside the chunk: a token sees the carried-in state only if none happened before
+    # it (reads), tokens interact only within one segment (same), and only the chunk's last segment
+    # writes into the outgoing state (writes). Shared by all heads: [B, 1, N, C(, C)].
+    resets = jnp.cumsum(chunks(reset).astype(jnp.int32), axis=-1)[:, None]
+    reads = resets == 0
+    writes = resets == resets[..., -1:]
+    causal = jnp.tril(jnp.ones((c, c), bool))
+    same = (resets[..., :, None] == resets[..., None, :]) & causal
+
+    cum = jnp.cumsum(g, axis=-1)  # log decay from the chunk start through each token
+    # decay[i, j] = exp(cum_i - cum_j): the decay between tokens j <= i; masked before the exp so
+    # the (positive) upper triangle can neither overflow nor send NaNs into the gradient.
+    decay = jnp.exp(jnp.where(same, cum[..., :, None] - cum[..., None, :], -jnp.inf))
+
+    # UT transform: (I + A) u = beta v - beta exp(cum) k S0 with A strictly lower triangular, so
+    # u = new_values - k_cumdecay @ S0, where S0 is the state carried into the chunk.
+    a = beta[..., :, None] * jnp.einsum("...id,...jd->...ij", k, k) * decay
+    t_inv = _unit_lower_inverse(a)
+    read_decay = jnp.where(reads, jnp.exp(cum), 0.0)
+    new_values = t_inv @ (beta[..., None] * v)
+    k_cumdecay = t_inv @ ((beta * read_decay)[..., None] * k)
+
+    attn = jnp.einsum("...id,...jd->...ij", q, k) * decay
+    q_read = q * read_decay[..., None]
+    k_write = k * jnp.where(writes, jnp.exp(cum[..., -1:] - cum), 0.0)[..., None]
+    carry = jnp.where(reads[..., -1], jnp.exp(cum[..., -1]), 0.0)  # [B, H, N]
+
+    def step(state, x):
+        new_values, k_cumdecay, attn, q_read, k_write, carry = x
+        u = new_values - k_cumdecay @ state
+        out = q_read @ state + attn @ u
+        state = carry[..., None, None] * state + jnp.swapaxes(k_write, -1, -2) @ u
+        return state, out
+
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (new_values, k_cumdecay, attn, q_read, k_write, carry))
+    state, out = jax.lax.scan(step, _initial(initial_state, b, h, dk, dv), xs)
+    # [N, B, H, C, dv] -> [B, S, H, dv]
+    out = jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(b, n * c, h, dv)[:, :s]
+    return out.astype(dtype), state
