@@ -13,11 +13,15 @@ Variants (the argument after the colon):
   one_step_off   rollouts of step t+1 run during training of step t (T1's pipeline); the
                  default tiny run is synchronous
   sync           the synchronous schedule, spelled out (the tiny_cpu default)
+  no_tito        no token-in/token-out (rollouts.tito=False): every turn re-renders the chat as
+                 text and re-encodes it, so prompts and the trained sample hold canonical BPE
+                 ids instead of the sampled ones, with sampled log-probs and routes attached by
+                 position (what a text-only harness does; see t1jax/rollout/retokenize.py);
+                 rollout/retokenized_drift counts the loss-region ids that no longer match
 
 --config.reuse=WORKDIR links the phases the ablation does not change (pool, tokenizer, oracle,
 SFT, Critic Warm-Up, base/SFT evaluations) from a finished main run, so only PPO and its
-evaluation run again (~10 minutes on 2 cores instead of ~40). "no TITO" is not a switch yet: the
-agent records sampled ids end to end; a text round-trip harness is #8's r3_tito_mismatch study.
+evaluation run again (~10 minutes on 2 cores instead of ~40).
 """
 
 import ml_collections
@@ -30,6 +34,7 @@ VARIANTS = {
     "cold_critic": lambda c: setattr(c.warmup, "steps", 0),
     "one_step_off": lambda c: setattr(c, "schedule", "one_step_off"),
     "sync": lambda c: setattr(c, "schedule", "sync"),
+    "no_tito": lambda c: setattr(c.rollouts, "tito", False),
 }
 
 

@@ -49,6 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.carry_over = True  # unfinished trials continue next step (not dropped)
     config.rollouts.max_turns = 8
     config.rollouts.max_new_tokens = 96  # per turn
+    config.rollouts.tito = True  # False: re-render and re-encode text every turn (an ablation)
     config.rollouts.engine = "embedded"  # embedded (in-process JAX) | fleet (HTTP servers)
     config.rollouts.engine_batch = 8  # sequences the embedded engine decodes together
     config.rollouts.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)

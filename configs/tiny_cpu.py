@@ -58,6 +58,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.carry_over = True
     config.rollouts.max_turns = 3
     config.rollouts.max_new_tokens = 48
+    config.rollouts.tito = True  # False: the text round-trip of configs/ablations.py:no_tito
 
     config.sft = ml_collections.ConfigDict()
     config.sft.steps = 600  # 300 steps: 0/20 held-out, 600: 8/20 greedy (docs/probes.md run e)

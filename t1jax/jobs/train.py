@@ -120,6 +120,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
                           max_tokens=config.rl.max_length,
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,
+                          tito=r.tito,
                           **({} if system_prompt is None else {"system_prompt": system_prompt}))
     scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,

@@ -28,12 +28,13 @@ def mismatch(train_logp, rollout_logp, mask, free_routes, rollout_routes, valid)
 
 
 def sample_stats(samples) -> dict:
-    """Reward, resolution, turns and length of the trials in one step (host side)."""
+    """Reward, resolution, turns, length and retokenized drift of one step's trials (host)."""
     rewards = np.array([s.reward for s in samples], np.float64)
     lengths = np.array([len(s.tokens) for s in samples])
     sampled = np.array([int(s.loss_mask.sum()) for s in samples])
     turns = np.array([s.metadata.get("turns", 0) or 0 for s in samples])
     chunks = np.array([len(s.chunk_starts) for s in samples])
+    drift = np.array([s.metadata.get("retokenized_drift", 0) or 0 for s in samples])
     resolved = [bool((s.metadata.get("verifier") or {}).get("solved", False))
                 for s in samples]
     return {
@@ -42,4 +43,5 @@ def sample_stats(samples) -> dict:
         "trials": len(samples), "turns/mean": turns.mean(), "turns/max": turns.max(),
         "length/mean": lengths.mean(), "length/max": lengths.max(),
         "length/sampled_tokens": sampled.mean(), "chunks/mean": chunks.mean(),
+        "rollout/retokenized_drift": drift.mean(),
     }

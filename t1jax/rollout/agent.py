@@ -4,6 +4,7 @@ Why: RL trains on exactly the ids the engine sampled, with the log-probs and exp
 used. The loop therefore never re-renders text: the prefix is encoded once, each completion is
 appended verbatim and each observation is encoded once (TITO), and every generate call's routes
 are stitched into one routing record covering the whole final sequence for routing replay (R3).
+tito=False swaps in the text round-trip of a TITO-less framework (retokenize.py), for ablations.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tokenizers import Tokenizer
 
 from t1jax.rollout.chat import EOT, IM_END, parse_tool_calls, render_prefix
 from t1jax.rollout.engine import FINISH_LENGTH, Engine, GenerateResult, SamplingParams
+from t1jax.rollout.retokenize import TextRoundTrip
 from t1jax.rollout.tito import AuditReport, TrajectoryBuilder, audit
 
 SYSTEM_PROMPT = (
@@ -51,7 +53,7 @@ class TurnRecord:
 @dataclasses.dataclass
 class Trajectory:
     tokens: list[int]
-    loss_mask: list[int]  # 1 exactly on sampled ids
+    loss_mask: list[int]  # 1 exactly on sampled ids (tito=False: on re-encoded assistant text)
     logprobs: list[float]  # sampling log-probs on sampled ids, 0 elsewhere
     routes: np.ndarray  # int32 [len(tokens), layers, k]; -1 where the model never ran
     prompt_len: int
@@ -59,9 +61,10 @@ class Trajectory:
     tool_calls: int
     finish: str  # one of FINISHES
     records: list[TurnRecord]
-    audit: AuditReport
+    audit: AuditReport  # empty with tito=False, where the audit fails by design
     weight_versions: list[str]  # one per generate call
     route_drift: int  # positions whose routes differed when a later call recomputed them
+    retokenized_drift: int = 0  # tito=False: loss-region ids that are not the sampled ones
 
 
 def truncate_middle(text: str, max_bytes: int) -> tuple[str, bool]:
@@ -130,25 +133,27 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       sampling: SamplingParams, max_turns: int = 300,
                       max_tokens: int | None = None, timeout_s: float | None = None,
                       command_timeout_s: float = 180.0, max_observation_bytes: int = 10_000,
-                      system_prompt: str = SYSTEM_PROMPT) -> Trajectory:
+                      system_prompt: str = SYSTEM_PROMPT, tito: bool = True) -> Trajectory:
     """Run one episode of `task` in `sandbox` (started by the caller, who also verifies it).
 
     max_tokens: the whole sequence's budget (default: the engine's max_len). timeout_s: wall
-    clock for the episode (default: the task's [agent] timeout_sec). Raises RolloutError only
-    when the rollout's record is unusable; model mistakes become observations.
+    clock for the episode (default: the task's [agent] timeout_sec). tito=False: every prompt
+    and the final sample are the conversation re-rendered as text and re-encoded, with sampled
+    log-probs and routes attached by position (the "without TITO" ablation). Raises
+    RolloutError only when the rollout's record is unusable; model mistakes become observations.
     """
     max_tokens = int(max_tokens or getattr(engine, "max_len", 32768))
     timeout_s = float(timeout_s if timeout_s is not None
                       else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
     deadline = time.monotonic() + timeout_s
     stops = _stop_ids(tokenizer, sampling)
-    builder = TrajectoryBuilder(tokenizer)
-    prefix = tokenizer.encode(render_prefix(system_prompt, task.instruction),
-                              add_special_tokens=False).ids
+    builder = TrajectoryBuilder(tokenizer) if tito else TextRoundTrip(tokenizer)
+    prefix_text = render_prefix(system_prompt, task.instruction)
+    prefix = tokenizer.encode(prefix_text, add_special_tokens=False).ids
     if len(prefix) >= max_tokens:
         raise RolloutError(f"the prompt ({len(prefix)} tokens) does not fit max_tokens "
                            f"{max_tokens}")
-    builder.start(prefix)
+    builder.start(prefix if tito else prefix_text)
     routes, prompts, records, versions = _Routes(), [], [], []
     finish, n_calls = "turns", 0
     for _ in range(max_turns):
@@ -166,7 +171,10 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
         routes.add(len(prompt), res)
         prompts.append(prompt)
         versions.append(res.weight_version)
-        builder.add_completion(res.output_ids, res.output_logprobs, res.finish_reason)
+        if tito:
+            builder.add_completion(res.output_ids, res.output_logprobs, res.finish_reason)
+        else:
+            builder.add_result(len(prompt), res)
         text = tokenizer.decode(res.output_ids, skip_special_tokens=False)
         commands, errors = parse_tool_calls(text)
         if not commands and not errors and res.finish_reason == FINISH_LENGTH:
@@ -196,11 +204,18 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             break
         if len(records) < max_turns:  # only glue that a later turn will read
             builder.add_observation(observations)
-    report = audit(builder, prompts, builder.completions)
-    if not report.ok:
-        raise RolloutError(f"TITO audit failed: {report.errors[:3]}")
+    if tito:
+        report = audit(builder, prompts, builder.completions)
+        if not report.ok:
+            raise RolloutError(f"TITO audit failed: {report.errors[:3]}")
+        route_rows = routes.final(len(builder.tokens))
+    else:
+        report = AuditReport()  # the audit would fail by design; retokenized_drift counts it
+        tokens = builder.finish()
+        route_rows = builder.place_routes(routes.final(len(tokens)))
     return Trajectory(
         tokens=list(builder.tokens), loss_mask=list(builder.loss_mask),
-        logprobs=list(builder.logprobs), routes=routes.final(len(builder.tokens)),
+        logprobs=list(builder.logprobs), routes=route_rows,
         prompt_len=len(prefix), turns=len(records), tool_calls=n_calls, finish=finish,
-        records=records, audit=report, weight_versions=versions, route_drift=routes.drift)
+        records=records, audit=report, weight_versions=versions, route_drift=routes.drift,
+        retokenized_drift=0 if tito else builder.retokenized_drift)

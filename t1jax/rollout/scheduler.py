@@ -231,7 +231,7 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
 
     engine: an Engine shared by all trials (it must accept concurrent generate calls), or a
     callable request -> Engine. episode_kwargs go to run_agent_episode (max_turns, timeout_s,
-    max_tokens, ...). A stopped episode keeps its sandbox open in its EpisodeState; the
+    max_tokens, tito, ...). A stopped episode keeps its sandbox open in its EpisodeState; the
     scheduler closes it if the trial is dropped."""
     images = dict(images or {})
     build_lock = threading.Lock()
@@ -273,6 +273,7 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
             state.close()
         sample = make_sample(traj, report, task.task_id, request.attempt)
         sample.metadata["carried_steps"] = request.carried_steps
+        sample.metadata["retokenized_drift"] = traj.retokenized_drift
         return TrialResult(request, DONE, sample=sample)
 
     return run
