@@ -17,7 +17,11 @@ Variants (the argument after the colon):
                  text and re-encodes it, so prompts and the trained sample hold canonical BPE
                  ids instead of the sampled ones, with sampled log-probs and routes attached by
                  position (what a text-only harness does; see t1jax/rollout/retokenize.py);
-                 rollout/retokenized_drift counts the loss-region ids that no longer match
+                 rollout/retokenized_drift counts the loss-region ids that no longer match.
+                 Re-encoding can make a finished trial longer than the budget its rollout kept
+                 to (never with TITO, whose budget counts the very ids trained on), so this
+                 variant also drops overlong samples (rl.overlong=drop, counted in
+                 batch/dropped_overlong) instead of stopping the run
 
 --config.reuse=WORKDIR links the phases the ablation does not change (pool, tokenizer, oracle,
 SFT, Critic Warm-Up, base/SFT evaluations) from a finished main run, so only PPO and its
@@ -34,7 +38,7 @@ VARIANTS = {
     "cold_critic": lambda c: setattr(c.warmup, "steps", 0),
     "one_step_off": lambda c: setattr(c, "schedule", "one_step_off"),
     "sync": lambda c: setattr(c, "schedule", "sync"),
-    "no_tito": lambda c: setattr(c.rollouts, "tito", False),
+    "no_tito": lambda c: (setattr(c.rollouts, "tito", False), setattr(c.rl, "overlong", "drop")),
 }
 
 
