@@ -40,17 +40,19 @@ CONFIGS = {
 ATOL = 1e-4
 
 
-def make_hf(tmp_path, seed: int = 0, **overrides):
-    """A random Qwen3MoeForCausalLM with large weights, saved to tmp_path; (hf model, cfg, ours)."""
+def make_hf(tmp_path, seed: int = 0, *, hf_config=None, hf_model=None, base=BASE,
+            matrix_std: float = 0.2, **overrides):
+    """A random HF model (default Qwen3MoeForCausalLM) with large weights (matrices
+    N(0, matrix_std), vectors N(1, 0.1)), saved to tmp_path; (hf model, cfg, ours)."""
     torch.manual_seed(seed)
-    hf_cfg = transformers.Qwen3MoeConfig(**{**BASE, **overrides})
-    hf = transformers.Qwen3MoeForCausalLM(hf_cfg).eval()
+    hf_cfg = (hf_config or transformers.Qwen3MoeConfig)(**{**base, **overrides})
+    hf = (hf_model or transformers.Qwen3MoeForCausalLM)(hf_cfg).eval()
     with torch.no_grad():
-        for _, p in hf.named_parameters():
+        for p in hf.parameters():
             if p.ndim == 1:
                 p.normal_(1.0, 0.1)
             else:
-                p.normal_(0.0, 0.2)
+                p.normal_(0.0, matrix_std)
     hf.save_pretrained(tmp_path)
     cfg = ModelConfig.from_pretrained(tmp_path)
     # eval_shape: no random init to compile; load_hf fills every parameter from the checkpoint

@@ -56,19 +56,9 @@ ATOL = 1e-4
 
 
 def make_hf(tmp_path, seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    hf_cfg = transformers.Qwen3_5MoeTextConfig(**{**BASE, **overrides})
-    hf = transformers.Qwen3_5MoeForCausalLM(hf_cfg).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            if p.ndim == 1:
-                p.normal_(1.0, 0.1)
-            else:
-                p.normal_(0.0, 0.05)
-    hf.save_pretrained(tmp_path)
-    cfg = ModelConfig.from_pretrained(tmp_path)
-    model = load_hf(nnx.eval_shape(lambda: CausalLM(cfg, nnx.Rngs(0))), tmp_path)
-    return hf, cfg, model
+    return parity.make_hf(tmp_path, seed, hf_config=transformers.Qwen3_5MoeTextConfig,
+                          hf_model=transformers.Qwen3_5MoeForCausalLM, base=BASE,
+                          matrix_std=0.05, **overrides)
 
 
 def hf_forward(hf, tokens, attention_mask=None):

@@ -33,49 +33,23 @@ bytes/param) is ~1.47 TB plus activations. Decoding state per sequence: a KV cac
 
 import ml_collections
 
+from configs.model import qwen3_5_35b_a3b
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
-    config.model = ml_collections.ConfigDict(dict(
-        vocab_size=248320,
+    # Same family, tokenizer, layer pattern (3 DeltaNet + 1 attention), RoPE, expert count and
+    # top-k as Qwen3.5-35B-A3B; these shapes differ.
+    config.model = qwen3_5_35b_a3b.get_config().model
+    config.model.update(dict(
         hidden_size=3072,
         intermediate_size=1024,  # unused (no dense layers); from_hf_dict sets moe_intermediate_size
         moe_intermediate_size=1024,
-        num_hidden_layers=48,
-        num_attention_heads=32,
-        num_key_value_heads=2,
-        head_dim=256,
-        num_experts=256,
-        num_experts_per_tok=8,
-        norm_topk_prob=True,
-        decoder_sparse_step=1,
-        mlp_only_layers=(),
-        rms_norm_eps=1e-6,
-        rope_theta=10_000_000.0,
-        max_position_embeddings=262144,
-        tie_word_embeddings=False,
-        attention_bias=False,
-        hidden_act="silu",
-        router_aux_loss_coef=0.001,
-        use_sliding_window=False,
-        sliding_window=None,
-        bos_token_id=248044,
-        eos_token_id=(248046, 248044),
-        pad_token_id=248044,
-        model_type="qwen3_5_moe_text",
-        # HF's full_attention_interval=4: every 4th layer is full attention
-        layer_types=(("linear_attention",) * 3 + ("full_attention",)) * 12,
-        partial_rotary_factor=0.25,
         shared_expert_intermediate_size=1024,
-        linear_conv_kernel_dim=4,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        linear_num_key_heads=16,
+        num_hidden_layers=48,
+        layer_types=(("linear_attention",) * 3 + ("full_attention",)) * 12,
+        num_attention_heads=32,
         linear_num_value_heads=64,
-        param_dtype="bfloat16",
-        compute_dtype="bfloat16",
-        moe_dispatch="auto",
-        load_balancing_coef=0.0,
     ))
     if arg in (None, "", "tpu"):
         # v5p-128 = 64 chips x 95 GB = ~6.1 TB HBM. With expert=8 x fsdp=8 the 116B expert

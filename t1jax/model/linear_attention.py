@@ -24,7 +24,7 @@ from flax import nnx
 from t1jax.model.cache import LinearState
 from t1jax.model.config import ModelConfig
 from t1jax.model.gated_delta import chunked_gated_delta, recurrent_gated_delta
-from t1jax.model.layers import constrain, param
+from t1jax.model.layers import RMSNorm, constrain, param
 
 
 def causal_conv(x, weight, segment_ids, prefix=None):
@@ -59,20 +59,13 @@ def l2_normalize(x, eps: float = 1e-6):
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
-class GatedRMSNorm(nnx.Module):
+class GatedRMSNorm(RMSNorm):
     """RMSNorm of each head's output (weight starts at 1), then times SiLU(gate), as HF's
     Qwen3_5MoeRMSNormGated."""
 
-    def __init__(self, dim: int, eps: float, dtype):
-        self.weight = param(None, (dim,), ("norm",), dtype, init="ones")
-        self.eps = eps
-
     def __call__(self, x, gate):
-        dt = x.dtype
-        x32 = x.astype(jnp.float32)
-        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        out = self.weight[...].astype(dt) * normed.astype(dt)
-        return (out.astype(jnp.float32) * jax.nn.silu(gate.astype(jnp.float32))).astype(dt)
+        out = super().__call__(x)
+        return (out.astype(jnp.float32) * jax.nn.silu(gate.astype(jnp.float32))).astype(x.dtype)
 
 
 class GatedDeltaNet(nnx.Module):
