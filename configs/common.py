@@ -48,4 +48,5 @@ def rl_config() -> ml_collections.ConfigDict:
     rl.packing = True  # several samples per row (attention kept inside each)
     rl.overlong = "error"  # error | drop (counted) -- never truncated
     rl.reward = "dense"  # dense (T1: passed assertions / the pool's fixed scale) | binary (solved)
+    rl.logits_chunk = 4096  # longer rows reduce over the vocab in chunks: no full logits
     return rl

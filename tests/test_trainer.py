@@ -452,3 +452,27 @@ def test_hybrid_qwen35_ppo_step_with_zero_gap(fast):
     assert moved(after.actor, "model", "layers", 0, "attn", "A_log")
     assert moved(after.actor, "model", "layers", 1, "attn", "conv_k")
     assert moved(after.critic, "model", "layers", 3, "attn", "gate")
+
+
+# -- long rows: the vocabulary reduced in chunks -------------------------------------------------
+
+
+def test_chunked_logits_step_equals_full_logits_step(first_step):
+    """rl.logits_chunk below the row length: the actor never builds [rows, length, vocab] logits
+    (t1jax.rl.token_stats), and the PPO step's update and metrics equal the full-logits step's;
+    SFT's nll and token accuracy come from the same chunked stats."""
+    f = first_step
+    s = dataclasses.replace(SETTINGS, logits_chunk=16)
+    chunked = with_trained_head(Trainer(CFG, s, sharding.make_mesh(devices=jax.devices()[:1]),
+                                        seed=0))
+    m = device_metrics(chunked.ppo_step(f["batch"]))
+    full = device_metrics(f["m1"])
+    assert m.keys() == full.keys()
+    for k in m:
+        np.testing.assert_allclose(m[k], full[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    after, want = flat(host(chunked.state.actor)), flat(f["after1"].actor)
+    for path in want:
+        np.testing.assert_allclose(after[path], want[path], rtol=1e-5, atol=1e-5,
+                                   err_msg=str(path))
+    sft = chunked.sft_step(make_samples(6, lengths=[30, 40, 25, 50]))
+    assert np.isfinite(sft["sft/nll"]) and 0.0 <= sft["sft/token_accuracy"] <= 1.0

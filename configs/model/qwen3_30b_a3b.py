@@ -37,11 +37,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         compute_dtype="bfloat16",
         moe_dispatch="auto",
         load_balancing_coef=0.0,
+        remat=True,  # recompute each layer in the backward: long rows fit (t1jax/aot.py)
     ))
     if arg in (None, "", "tpu"):
         # v5p-128 = 128 TensorCores = 64 chips (4x4x4, one cube; one JAX device per megacore
         # chip), so the mesh has 64 devices, 95 GB HBM each. expert=8: 16 experts per shard,
-        # the token all-to-all stays within 8 chips. fsdp=8: t1jax.sharding puts `embed` on fsdp,
+        # each layer gathers its experts from 8 chips. fsdp=8: t1jax.sharding puts `embed` on fsdp,
         # so experts are split 64 ways and the rest 8 ways: ~8 GB/chip of params + Adam state.
         # tensor=1: at hidden 2048 the per-layer matmuls are too small for tensor parallelism's
         # all-reduces to pay off. The batch is split over all three axes.
@@ -51,7 +52,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # 8 GPUs on NVLink: experts 8-way (16 per GPU: 29B/8 params, ~44 GB with Adam state);
         # with fsdp=1 the ~1.5B non-expert params are replicated (~18 GB/GPU more): ~62 GB/GPU
         # before activations. Fits an H200 (141 GB); tight on an H100 (80 GB), where
-        # fsdp=2, expert=4 trades all-to-all locality for memory.
+        # fsdp=2, expert=4 halves the replicated share.
         config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1, expert=8, tensor=1,
                                                      devices="8xH200"))
     else:

@@ -72,10 +72,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         compute_dtype="bfloat16",
         moe_dispatch="auto",
         load_balancing_coef=0.0,
+        remat=True,  # recompute each layer in the backward: long rows fit (t1jax/aot.py)
     ))
     if arg in (None, "", "tpu"):
         # v5p-128 = 64 chips (one JAX device per megacore chip), 95 GB HBM each, as for
-        # Qwen3-30B-A3B. expert=8: 32 experts per shard, the token all-to-all stays within 8
+        # Qwen3-30B-A3B. expert=8: 32 experts per shard, each layer gathers its experts from 8
         # chips. fsdp=8: `embed` is on fsdp, so the 32.2B expert params are split 64 ways (~6
         # GB/chip with Adam state) and the 2.4B others 8 ways (~4 GB/chip): ~10 GB of 95 GB
         # before activations. tensor=1: at hidden 2048 the matmuls are too small for tensor

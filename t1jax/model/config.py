@@ -39,7 +39,8 @@ _REQUIRED_QWEN3_5 = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_
                      "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
                      "linear_num_key_heads", "linear_num_value_heads")
 # t1jax-only fields: set by our configs (or from_hf_dict's overrides), never read from HF.
-_T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef")
+_T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef", "remat",
+                 "attention", "attention_block")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,12 @@ class ModelConfig:
     compute_dtype: str = "float32"
     moe_dispatch: str = "auto"
     load_balancing_coef: float = 0.0
+    # Recompute each decoder layer in the backward pass (training forwards only): activations
+    # kept per layer drop to its input, and FSDP-gathered weights are not held across layers.
+    remat: bool = False
+    # "auto" | "flash" | "naive" (transformer.use_flash): flash keeps attention memory O(S)
+    attention: str = "auto"
+    attention_block: int = 512
 
     def __post_init__(self):
         # Normalize containers so configs built from JSON / ConfigDict lists compare and hash equal.
@@ -152,6 +159,10 @@ class ModelConfig:
         for k in ("param_dtype", "compute_dtype"):
             if getattr(self, k) not in DTYPES:
                 raise ValueError(f"{k}={getattr(self, k)!r}; supported: {', '.join(DTYPES)}")
+        if self.attention not in ("auto", "flash", "naive"):
+            raise ValueError(f"attention must be 'auto', 'flash' or 'naive', got {self.attention!r}")
+        if not isinstance(self.attention_block, int) or self.attention_block <= 0:
+            raise ValueError(f"attention_block must be a positive int, got {self.attention_block!r}")
         if not isinstance(self.moe_dispatch, str) or not self.moe_dispatch:
             raise ValueError(f"moe_dispatch must be a non-empty string, got {self.moe_dispatch!r}")
 

@@ -179,10 +179,11 @@ _IMPLS = {"ragged": expert_ffn_ragged, "padded": expert_ffn_padded, "dense": exp
           "blocked": expert_ffn_blocked}
 
 
-def resolve_strategy(strategy: str) -> str:
-    """Map "auto" to the measured choice for the default backend; validate names."""
+def resolve_strategy(strategy: str, platform: str | None = None) -> str:
+    """Map "auto" to the measured choice for `platform` (default: this process's backend; an
+    ahead-of-time compile for TPU from a CPU host must name "tpu"); validate names."""
     if strategy == "auto":
-        return AUTO.get(jax.default_backend(), "ragged")
+        return AUTO.get(platform or jax.default_backend(), "ragged")
     if strategy not in _IMPLS:
         raise ValueError(f"unknown MoE dispatch strategy {strategy!r}; choose from {STRATEGIES} or 'auto'")
     return strategy

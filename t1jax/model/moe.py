@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from t1jax.model.dispatch import expert_ffn
+from t1jax.model.expert_sharding import expert_ffn_sharded
 from t1jax.model.layers import param
 
 
@@ -88,8 +88,8 @@ class MoE(nnx.Module):
             valid_t = jnp.ones(x_td.shape[:1], bool)
         weights = gate_weights(probs, indices_tk, self.normalize).astype(x_td.dtype)
         dt = x_td.dtype
-        y = expert_ffn(x_td, indices_tk, weights, self.gate[...].astype(dt),
-                       self.up[...].astype(dt), self.down[...].astype(dt),
-                       strategy=self.dispatch)
+        y = expert_ffn_sharded(x_td, indices_tk, weights, self.gate[...].astype(dt),
+                               self.up[...].astype(dt), self.down[...].astype(dt),
+                               strategy=self.dispatch)
         aux = load_balancing_loss(probs, indices_tk, valid_t)
         return y, Routing(indices_tk, weights), aux, free_tk

@@ -23,6 +23,7 @@ from flax import nnx
 
 from t1jax.model.cache import KVCache, write_and_read
 from t1jax.model.config import ModelConfig
+from t1jax.model.flash_attention import flash_attention
 from t1jax.model.layers import MLP, RMSNorm, constrain, param, rope
 from t1jax.model.linear_attention import GatedDeltaNet
 from t1jax.model.moe import MoE
@@ -39,6 +40,7 @@ class ModelOutput:
     aux_loss: jax.Array  # mean load-balancing loss over MoE layers (float32 scalar)
     cache: KVCache | None
     free_routes: jax.Array | None = None  # the router's own top-k (== routes unless replaying)
+    hidden: jax.Array | None = None  # the normed final hidden states (CausalLM, logits=False)
 
 
 class Attention(nnx.Module):
@@ -59,6 +61,7 @@ class Attention(nnx.Module):
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype, zero_centered=cfg.hybrid)
         self.bias, self.theta, self.kv_heads = cfg.attention_bias, cfg.rope_theta, kv
         self.gated, self.rotary_dim = cfg.hybrid, cfg.rotary_dim
+        self.attention, self.block = cfg.attention, cfg.attention_block
 
     def __call__(self, x, positions, segment_ids, cache_layer=None, cache_lengths=None):
         dt = x.dtype
@@ -72,16 +75,23 @@ class Attention(nnx.Module):
         k = rope(self.k_norm(k), positions, self.theta, self.rotary_dim)
         q = constrain(q, ("batch", "length", "q_heads", "head_dim"))
         if cache_layer is None:
-            keys, values = k, v
-            same = segment_ids[:, :, None] == segment_ids[:, None, :]
-            causal = positions[:, :, None] >= positions[:, None, :]
-            mask = same & causal & (segment_ids[:, :, None] > 0)
-            new_layer = None
+            new_layer, keys, values = None, k, v
+            key_positions, key_segments, query_segments = positions, segment_ids, segment_ids
         else:
             new_layer, keys, values, key_positions, key_valid = write_and_read(
                 cache_layer, k, v, positions, segment_ids, cache_lengths)
-            mask = (key_positions[:, None, :] <= positions[:, :, None]) & key_valid[:, None, :]
-        out = attend(q, keys, values, mask, self.kv_heads)
+            key_segments = key_valid.astype(jnp.int32)  # one segment: the row's valid keys
+            query_segments = jnp.ones_like(positions)
+        if use_flash(self.attention, q.shape[1], keys.shape[1]):
+            out = flash_attention(q, keys, values, positions, query_segments, key_positions,
+                                  key_segments, block_q=self.block, block_k=self.block,
+                                  index_causal=cache_layer is None)
+        else:
+            mask = ((query_segments[:, :, None] == key_segments[:, None, :])
+                    & (key_positions[:, None, :] <= positions[:, :, None]))
+            if cache_layer is None:
+                mask = mask & (segment_ids[:, :, None] > 0)
+            out = attend(q, keys, values, mask, self.kv_heads)
         if self.gated:
             gate = jnp.einsum("bsd,dhk->bshk", x, self.gate[...].astype(dt))
             out = out * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(dt)
@@ -89,6 +99,14 @@ class Attention(nnx.Module):
         if self.bias:
             out = out + self.o_bias[...].astype(dt)
         return out, new_layer
+
+
+def use_flash(attention: str, queries: int, keys: int) -> bool:
+    """"flash" (blockwise, O(S) memory), "naive" (one [S, T] score matrix: exact for every test
+    reference), or "auto": flash once the score matrix per head and row reaches 2048 x 2048."""
+    if attention == "auto":
+        return queries > 1 and queries * keys >= 2048 * 2048
+    return attention == "flash"
 
 
 def attend(q, k, v, mask_bst, kv_heads: int):
@@ -172,11 +190,18 @@ class Transformer(nnx.Module):
         k = cfg.num_experts_per_tok
         used, free_used, aux_losses, new_layers = [], [], [], []
         none = jnp.full((b, s, k), -1, jnp.int32)
+        if cfg.remat and cache is None:
+            remat_layer = nnx.remat(lambda layer, *args: layer(*args))
         for i, layer in enumerate(self.layers):
             replay = None if routes is None else routes[:, :, i, :]
-            x, (indices, free), aux, new_layer = layer(
-                x, positions, segment_ids, replay, None if cache is None else cache.layers[i],
-                None if cache is None else cache.lengths)
+            if cfg.remat and cache is None:
+                x, (indices, free), aux, new_layer = remat_layer(layer, x, positions,
+                                                                 segment_ids, replay)
+            else:
+                x, (indices, free), aux, new_layer = layer(
+                    x, positions, segment_ids, replay,
+                    None if cache is None else cache.layers[i],
+                    None if cache is None else cache.lengths)
             used.append(none if indices is None else indices)
             free_used.append(none if free is None else free)
             if aux is not None:
@@ -199,15 +224,22 @@ class CausalLM(nnx.Module):
                                  jnp.dtype(cfg.param_dtype))
         self.tied = cfg.tie_word_embeddings
 
+    def head(self) -> jax.Array:
+        """The LM head [hidden, vocab]."""
+        return self.model.embed[...].T if self.tied else self.lm_head[...]
+
     def __call__(self, tokens, positions=None, segment_ids=None, routes=None,
-                 cache=None) -> ModelOutput:
+                 cache=None, logits: bool = True) -> ModelOutput:
+        """logits=False returns the normed hidden states instead of the float32 logits, for
+        callers that reduce over the vocabulary in chunks (t1jax.rl.token_stats)."""
         h, (routes_out, free), aux, new_cache = self.model(tokens, positions, segment_ids, routes,
                                                            cache)
-        head = self.model.embed[...].T if self.tied else self.lm_head[...]
-        logits = jnp.einsum("bsd,dv->bsv", h, head.astype(h.dtype),
-                            preferred_element_type=jnp.float32)
-        logits = constrain(logits, ("batch", "length", "vocab"))
-        return ModelOutput(logits, None, routes_out, aux, new_cache, free)
+        if not logits:
+            return ModelOutput(None, None, routes_out, aux, new_cache, free, hidden=h)
+        out = jnp.einsum("bsd,dv->bsv", h, self.head().astype(h.dtype),
+                         preferred_element_type=jnp.float32)
+        out = constrain(out, ("batch", "length", "vocab"))
+        return ModelOutput(out, None, routes_out, aux, new_cache, free)
 
 
 class ValueModel(nnx.Module):

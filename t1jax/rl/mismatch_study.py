@@ -30,7 +30,7 @@ from flax import nnx
 from t1jax.model.transformer import CausalLM
 from t1jax.rl import metrics
 from t1jax.rl.batch import bucket_lengths, pack
-from t1jax.rl.trainer import _actor_forward, token_logprobs
+from t1jax.rl.trainer import Settings, _actor_forward
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.engine import SamplingParams
@@ -151,8 +151,8 @@ def collect(policy: CausalLM, tasks, tokenizer, backend, *, tito: bool,
 def _score(graphdef, params, batch, replay: bool, temperature: float):
     """The trainer's pre-update forward and mismatch metrics (trainer.ppo_step, step 1), plus
     how often the experts the forward *used* differ from the rollout's (0 under replay)."""
-    out = _actor_forward(graphdef, params, batch, replay)
-    train_logp = token_logprobs(out.logits, batch.tokens, temperature)
+    out, stats = _actor_forward(graphdef, params, batch, replay, Settings(), temperature)
+    train_logp = stats["logp"]
     valid = batch.segment_ids > 0
     m = metrics.mismatch(train_logp, batch.rollout_logprobs, batch.loss_mask, out.free_routes,
                          batch.routes, valid)

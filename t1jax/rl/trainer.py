@@ -27,6 +27,7 @@ from t1jax.model.transformer import CausalLM, ValueModel, log_probs
 from t1jax.rl import critic as critic_lib
 from t1jax.rl import metrics as metrics_lib
 from t1jax.rl import ppo
+from t1jax.rl.token_stats import token_stats
 from t1jax.rl.batch import REWARDS, Batch, batch_shardings, bucket_lengths, pack, shard_batch
 
 
@@ -60,6 +61,9 @@ class Settings:
     packing: bool = True
     overlong: str = "error"
     reward: str = "dense"
+    # rows longer than this reduce over the vocabulary in chunks of this many tokens instead of
+    # materialising [rows, length, vocab] float32 logits (t1jax.rl.token_stats)
+    logits_chunk: int = 4096
 
     @classmethod
     def from_config(cls, rl) -> "Settings":
@@ -130,6 +134,30 @@ def _train(loss_fn, params, opt_state, tx, data, s: Settings):
     return params, opt_state, jax.tree.map(jnp.mean, aux)
 
 
+def init_train_state(actor_tx, critic_tx, s: Settings, actor, critic) -> TrainState:
+    return TrainState(jnp.zeros((), jnp.int32), actor, critic, actor_tx.init(actor),
+                      critic_tx.init(critic), actor if s.uses_reference else None)
+
+
+def train_state_shardings(init, actor, critic, actor_tx, critic_tx, mesh):
+    """Where every leaf of `init(actor, critic)` lives: parameters where they are, optimizer
+    moments like their parameters, counters replicated. Why explicit: Adam's moments are
+    zeros with no operand, so left to XLA they come out replicated, a full copy of the model
+    in float32 per chip (an ahead-of-time compile for v5p-64 of Qwen3-30B-A3B's init needed
+    236 GB per chip that way)."""
+    replicated = NamedSharding(mesh, P())
+    where = lambda tree: jax.tree.map(lambda x: x.sharding, tree)  # noqa: E731
+    shape = jax.eval_shape(init, actor, critic)
+
+    def moments(tx, opt_shape, params):
+        return optax.tree_map_params(tx, lambda _, p: p.sharding, opt_shape, params,
+                                     transform_non_params=lambda _: replicated)
+    return TrainState(replicated, where(actor), where(critic),
+                      moments(actor_tx, shape.actor_opt, actor),
+                      moments(critic_tx, shape.critic_opt, critic),
+                      None if shape.reference is None else where(actor))
+
+
 class Trainer:
     """Actor and critic, their optimizers and the compiled steps, over one mesh."""
 
@@ -150,16 +178,11 @@ class Trainer:
         self._compiled: dict = {}
 
     def _init_state(self, actor_params, critic_params) -> TrainState:
+        init = functools.partial(init_train_state, self.actor_tx, self.critic_tx, self.s)
+        out = train_state_shardings(init, actor_params, critic_params, self.actor_tx,
+                                    self.critic_tx, self.mesh)
         with jax.set_mesh(self.mesh):
-            state = jax.jit(lambda a, c: TrainState(
-                jnp.zeros((), jnp.int32), a, c, self.actor_tx.init(a), self.critic_tx.init(c),
-                a if self.s.uses_reference else None))(actor_params, critic_params)
-        # Leaves XLA left on one device (scalars, counters) become replicated on the mesh, so
-        # every argument of the compiled steps lives on the same devices.
-        replicated = NamedSharding(self.mesh, P())
-        return jax.tree.map(lambda x: x if isinstance(x.sharding, NamedSharding)
-                            and x.sharding.mesh == self.mesh else jax.device_put(x, replicated),
-                            state)
+            return jax.jit(init, out_shardings=out)(actor_params, critic_params)
 
     # -- data ------------------------------------------------------------------------------------
 
@@ -260,28 +283,41 @@ def critic_step(critic_def, critic_tx, s: Settings, state: TrainState, batch: Ba
                                critic_opt=critic_opt), m
 
 
-def _actor_forward(actor_def, params, batch: Batch, replay: bool):
-    out = nnx.merge(actor_def, params)(batch.tokens, batch.positions, batch.segment_ids,
-                                        routes=batch.routes if replay else None)
-    return out
+def _actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
+                   temperature: float, entropy: bool = False, accuracy: bool = False):
+    """The policy's forward and its per-token stats [B, L]: "logp" (0 at t=0), with "entropy"
+    and "correct" (argmax hit) on request. Rows over s.logits_chunk tokens never hold their
+    full logits."""
+    model = nnx.merge(actor_def, params)
+    chunked = batch.tokens.shape[1] > s.logits_chunk
+    out = model(batch.tokens, batch.positions, batch.segment_ids,
+                routes=batch.routes if replay else None, logits=not chunked)
+    if chunked:
+        return out, token_stats(out.hidden, model.head(), batch.tokens, temperature,
+                                chunk=s.logits_chunk, entropy=entropy, accuracy=accuracy)
+    stats = {"logp": token_logprobs(out.logits, batch.tokens, temperature)}
+    if entropy:
+        stats["entropy"] = jnp.pad(ppo.entropy(out.logits[:, :-1], temperature), ((0, 0), (1, 0)))
+    if accuracy:
+        hit = jnp.argmax(out.logits[:, :-1], -1) == batch.tokens[:, 1:]
+        stats["correct"] = jnp.pad(hit.astype(jnp.float32), ((0, 0), (1, 0)))
+    return out, stats
 
 
 def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: TrainState,
              batch: Batch):
     mask = batch.loss_mask
     # 1. the actor before the update: the log-probs PPO's ratio and the mismatch metrics use
-    old_out = _actor_forward(actor_def, state.actor, batch, s.r3)
-    train_logp = jax.lax.stop_gradient(token_logprobs(old_out.logits, batch.tokens,
-                                                      s.temperature))
+    old_out, old_stats = _actor_forward(actor_def, state.actor, batch, s.r3, s, s.temperature)
+    train_logp = jax.lax.stop_gradient(old_stats["logp"])
     metrics = metrics_lib.mismatch(train_logp, batch.rollout_logprobs, mask,
                                    old_out.free_routes, batch.routes, batch.segment_ids > 0)
     old_logp = train_logp if s.old_logprobs == "recompute" else batch.rollout_logprobs
     rewards = batch.rewards
     ref_logp = None
     if s.uses_reference:
-        ref_out = _actor_forward(actor_def, state.reference, batch, s.r3)
-        ref_logp = jax.lax.stop_gradient(token_logprobs(ref_out.logits, batch.tokens,
-                                                        s.temperature))
+        _, ref_stats = _actor_forward(actor_def, state.reference, batch, s.r3, s, s.temperature)
+        ref_logp = jax.lax.stop_gradient(ref_stats["logp"])
         kl = (train_logp - ref_logp) * mask
         metrics["actor/kl_to_reference"] = ppo.masked_mean(kl, mask)
         rewards = rewards - s.kl_reward_coef * kl
@@ -302,8 +338,9 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
             (jnp.exp(train_logp - batch.rollout_logprobs) > s.tis_cap).astype(jnp.float32), mask)
     # 4. the actor
     def actor_loss(params, batch, old_logp, advantages, tis, ref_logp):
-        out = _actor_forward(actor_def, params, batch, s.r3)
-        logp = token_logprobs(out.logits, batch.tokens, s.temperature)
+        out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
+                                    entropy=s.entropy_coef > 0)
+        logp = stats["logp"]
         loss, clip_frac, approx_kl = ppo.policy_loss(logp, old_logp, advantages,
                                                      batch.loss_mask, s.clip_eps, tis)
         aux = {"actor/pg_loss": loss, "actor/clip_frac": clip_frac, "actor/approx_kl": approx_kl,
@@ -312,8 +349,7 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
             kl = ppo.masked_mean(ppo.k3_kl(ref_logp, logp), batch.loss_mask)
             loss, aux["actor/kl_loss"] = loss + s.kl_loss_coef * kl, kl
         if s.entropy_coef > 0:
-            ent = jnp.pad(ppo.entropy(out.logits[:, :-1], s.temperature), ((0, 0), (1, 0)))
-            ent = ppo.masked_mean(ent, batch.loss_mask)
+            ent = ppo.masked_mean(stats["entropy"], batch.loss_mask)
             loss, aux["actor/entropy"] = loss - s.entropy_coef * ent, ent
         if s.load_balancing_coef > 0:
             loss = loss + s.load_balancing_coef * out.aux_loss
@@ -331,13 +367,11 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
 def sft_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch):
     """Supervised warm start: token-mean cross-entropy on the masked (assistant) tokens."""
     def loss(params, batch):
-        out = _actor_forward(actor_def, params, batch, replay=False)
-        logp = token_logprobs(out.logits, batch.tokens, 1.0)
-        nll = ppo.masked_mean(-logp, batch.loss_mask)
+        _, stats = _actor_forward(actor_def, params, batch, False, s, 1.0, accuracy=True)
+        nll = ppo.masked_mean(-stats["logp"], batch.loss_mask)
         return nll, {"sft/nll": nll,
-                     "sft/token_accuracy": ppo.masked_mean(
-                         (jnp.argmax(out.logits[:, :-1], -1) == batch.tokens[:, 1:])
-                         .astype(jnp.float32), batch.loss_mask[:, 1:])}
+                     "sft/token_accuracy": ppo.masked_mean(stats["correct"][:, 1:],
+                                                           batch.loss_mask[:, 1:])}
 
     actor, actor_opt, m = _train(loss, state.actor, state.actor_opt, actor_tx, (batch,), s)
     m = {k if k.startswith("sft/") else f"sft/{k}": v for k, v in m.items()}

@@ -1,0 +1,346 @@
+"""Ahead-of-time compilation of the real-scale steps for a TPU topology, from any host.
+
+Why: nobody needs a TPU to learn whether a config's sharding is valid, whether its steps fit in
+HBM, and what they cost; `jax[tpu]`'s libtpu compiles for a named topology on a CPU machine
+(MaxText checks its configs the same way). Everything is abstract: parameters, optimizer state,
+batches and caches are ShapeDtypeStructs carrying their shardings, so a 235B model costs no
+memory here. The steps compiled are exactly the trainer's (`trainer.ppo_step`, `critic_step`)
+and the embedded engine's (`jax_engine._prefill`, `_decode`), with the config's mesh and rules.
+
+The report per step: memory per chip from XLA's buffer assignment (arguments, outputs,
+temporaries, total against the chip's HBM), FLOPs and bytes from XLA's cost analysis, the
+collectives in the compiled HLO (count and bytes, loop bodies multiplied by their trip counts),
+and an estimated step time and MFU: the model's FLOPs (t1jax.model.config.param_counts, plus
+attention) at the chip's peak or its HBM bytes at the chip's bandwidth, whichever is slower,
+plus every collective byte over the chip's ICI bandwidth with no overlap (a pessimistic bound).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding
+
+from t1jax import sharding
+from t1jax.model.cache import KVCache
+from t1jax.model.config import ModelConfig, param_counts
+from t1jax.model.dispatch import resolve_strategy
+from t1jax.model.transformer import CausalLM, ValueModel
+from t1jax.rl import trainer as trainer_lib
+from t1jax.rl.batch import Batch, batch_shardings
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    hbm_bytes: float
+    peak_flops: float  # bf16 dense
+    hbm_bandwidth: float  # bytes/s
+    ici_bandwidth: float  # bytes/s per chip, all links together
+
+
+# Public spec sheets (cloud.google.com/tpu/docs/<version>).
+CHIPS = {
+    "TPU v4": Chip(32e9, 275e12, 1.2e12, 2400e9 / 8),
+    "TPU v5 lite": Chip(16e9, 197e12, 819e9, 1600e9 / 8),
+    "TPU v5": Chip(95e9, 459e12, 2.765e12, 4800e9 / 8),  # v5p's device_kind
+    "TPU v6 lite": Chip(32e9, 918e12, 1.64e12, 3584e9 / 8),
+}
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+
+
+def chip_spec(device_kind: str) -> Chip:
+    if device_kind not in CHIPS:
+        raise ValueError(f"no spec sheet for {device_kind!r}; known: {sorted(CHIPS)}")
+    return CHIPS[device_kind]
+
+
+def topology_devices(topology: str):
+    """The devices of a TPU topology such as "v5p:4x4x8" (needs libtpu: `jax[tpu]`)."""
+    import os
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # not on a TPU VM: no metadata server
+    from jax.experimental import topologies
+    return topologies.get_topology_desc(topology_name=topology, platform="tpu").devices
+
+
+def for_target(cfg: ModelConfig, platform: str = "tpu") -> ModelConfig:
+    """The model config as it would run on `platform` ("auto" dispatch resolves for it)."""
+    return cfg.replace(moe_dispatch=resolve_strategy(cfg.moe_dispatch, platform))
+
+
+# -- abstract inputs -------------------------------------------------------------------------------
+
+def _abstract(tree, shardings):
+    """ShapeDtypeStructs carrying `shardings` (a tree like `tree`, or with NamedShardings where
+    `tree` has nnx Variables, as sharding.shardings gives)."""
+    def one(x, s):
+        if isinstance(s, nnx.Variable):
+            s = s.get_value()
+        if isinstance(x, nnx.Variable):
+            v = x.get_value()
+            return x.replace(jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s))
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+    return jax.tree.map(one, tree, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def _param_state(module_cls, cfg, mesh, rules):
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: module_cls(cfg, nnx.Rngs(0))), nnx.Param)
+    specs = sharding.param_specs(params, mesh, rules)
+    return graphdef, params, sharding.shardings(specs, mesh)
+
+
+def train_state(cfg: ModelConfig, s: trainer_lib.Settings, mesh, rules=None):
+    """(actor graphdef, critic graphdef, optimizers, abstract TrainState placed as the
+    Trainer places it: parameters by the rules, optimizer moments like their parameters,
+    counters replicated)."""
+    actor_def, actor, actor_sh = _param_state(CausalLM, cfg, mesh, rules)
+    critic_def, critic, critic_sh = _param_state(ValueModel, cfg, mesh, rules)
+    actor_tx = trainer_lib.make_optimizer(s.actor_lr, s)
+    critic_tx = trainer_lib.make_optimizer(s.critic_lr, s)
+    init = functools.partial(trainer_lib.init_train_state, actor_tx, critic_tx, s)
+    actor, critic = _abstract(actor, actor_sh), _abstract(critic, critic_sh)
+    out_sh = trainer_lib.train_state_shardings(init, actor, critic, actor_tx, critic_tx, mesh)
+    shape = jax.eval_shape(init, actor, critic)
+    return actor_def, critic_def, actor_tx, critic_tx, _abstract(shape, out_sh)
+
+
+def batch(cfg: ModelConfig, rows: int, length: int, mesh, rules=None) -> Batch:
+    """An abstract training batch of `rows` x `length` tokens, placed as shard_batch places it."""
+    k, layers = cfg.num_experts_per_tok, cfg.num_hidden_layers
+    i32, f32 = jnp.int32, jnp.float32
+    shapes = Batch(*(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in (
+        ((rows, length), i32), ((rows, length), i32), ((rows, length), i32),
+        ((rows, length), i32), ((rows, length), f32), ((rows, length), f32),
+        ((rows, length, layers, k), i32), ((rows, length), f32))))
+    return _abstract(shapes, batch_shardings(shapes, mesh, rules))
+
+
+# -- compile and measure ---------------------------------------------------------------------------
+
+def _computations(hlo: str):
+    """{computation: [instruction lines]} and the ENTRY computation's name."""
+    comps, entry, name = {}, None, None
+    for line in hlo.splitlines():
+        head = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if head and not line.startswith(" "):
+            name = head.group(2)
+            comps[name] = []
+            entry = name if head.group(1) else entry
+        elif name is not None and line.strip() and line.strip() != "}":
+            comps[name].append(line)
+    return comps, entry
+
+
+def _multipliers(comps, entry):
+    """How many times each computation runs per step: while bodies by their known trip count."""
+    calls = collections.defaultdict(list)
+    for name, lines in comps.items():
+        for line in lines:
+            trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+            for kind, callee in re.findall(r"(body|condition|calls|to_apply|branch_computations)"
+                                           r"=\{?%?([\w.\-]+)", line):
+                calls[name].append((callee, int(trips.group(1)) if trips and kind == "body"
+                                    else 1))
+    times = collections.Counter()
+
+    def visit(name, n):
+        times[name] += n
+        for callee, k in calls.get(name, ()):
+            visit(callee, n * k)
+    visit(entry, 1)
+    return times
+
+
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4,
+                "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
+
+
+def _shape_bytes(text: str) -> int:
+    return sum(_DTYPE_BYTES.get(dt, 4) * math.prod(int(d) for d in dims.split(",") if d)
+               for dt, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", text))
+
+
+def collectives(hlo: str) -> dict[str, dict[str, float]]:
+    """Per collective kind: how many run per step and the bytes they produce per chip. Async
+    pairs count once (at -start; the produced buffer is the last element of its tuple)."""
+    comps, entry = _computations(hlo)
+    times = _multipliers(comps, entry)
+    out = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
+    for name, lines in comps.items():
+        for line in lines:
+            m = re.match(r"\s*(?:ROOT )?%?[\w.\-]+ = (.+?) (" + "|".join(COLLECTIVES)
+                         + r")(-start)?\(", line)
+            if not m or times[name] == 0:
+                continue
+            shape = m.group(1)
+            if m.group(3):  # (operands..., outputs...): take the output half
+                parts = re.findall(r"[a-z]+\d*\[[\d,]*\]", shape)
+                shape = " ".join(parts[len(parts) // 2:])
+            out[m.group(2)]["count"] += times[name]
+            out[m.group(2)]["bytes"] += times[name] * _shape_bytes(shape)
+    return out
+
+
+def model_flops(cfg: ModelConfig, tokens: int, context: int, passes: float) -> float:
+    """Matmul FLOPs of `passes` forward-equivalents (fwd = 1, fwd + bwd = 3) over `tokens`
+    tokens, each attending to `context` keys on average: 2 * active parameters per token (the
+    embedding lookup is not a matmul) + 4 * context * heads * head_dim per full-attention layer
+    (Gated DeltaNet layers count their projections only)."""
+    counts = param_counts(cfg)
+    matmul = counts["active"] - counts["embedding"] + (counts["embedding"] if cfg.tie_word_embeddings
+                                                       else 0)
+    attention = 4 * context * cfg.num_attention_heads * cfg.head_dim * len(cfg.attention_layers)
+    return passes * tokens * (2 * matmul + attention)
+
+
+@dataclasses.dataclass
+class StepReport:
+    name: str
+    compile_s: float
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    xla_flops: float
+    xla_bytes: float
+    model_flops: float  # per chip
+    collectives: dict
+    chip: Chip
+
+    @property
+    def total_bytes(self) -> int:
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.chip.hbm_bytes
+
+    @property
+    def collective_bytes(self) -> float:
+        return sum(c["bytes"] for c in self.collectives.values())
+
+    @property
+    def step_seconds(self) -> float:
+        compute = max(self.model_flops / self.chip.peak_flops,
+                      self.xla_bytes / self.chip.hbm_bandwidth)
+        return compute + self.collective_bytes / self.chip.ici_bandwidth
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (self.step_seconds * self.chip.peak_flops)
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "chip"}
+        d.update(total_bytes=self.total_bytes, hbm_bytes=self.chip.hbm_bytes, fits=self.fits,
+                 step_seconds=self.step_seconds, mfu=self.mfu)
+        return d
+
+    def lines(self) -> list[str]:
+        gb = 1e9
+        out = [f"{self.name}: {self.total_bytes / gb:.1f} GB of {self.chip.hbm_bytes / gb:.0f} GB "
+               f"per chip ({'fits' if self.fits else 'DOES NOT FIT'}): arguments "
+               f"{self.argument_bytes / gb:.1f}, outputs {self.output_bytes / gb:.1f} (aliased "
+               f"{self.alias_bytes / gb:.1f}), temporaries {self.temp_bytes / gb:.1f}; compiled in "
+               f"{self.compile_s:.0f} s",
+               f"  model FLOPs/chip {self.model_flops:.3g} (XLA cost analysis: {self.xla_flops:.3g}"
+               f" FLOPs, {self.xla_bytes:.3g} bytes); estimated {self.step_seconds:.2f} s, "
+               f"MFU {100 * self.mfu:.1f}%"]
+        out.append("  collectives/chip: " + ", ".join(
+            f"{k} {c['count']}x {c['bytes'] / gb:.2f} GB" for k, c in self.collectives.items()
+            if c["count"]))
+        return out
+
+
+def measure(name: str, lowered, model_flops_per_chip: float, chip: Chip) -> StepReport:
+    import time
+    t0 = time.perf_counter()
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    return StepReport(name, seconds, mem.argument_size_in_bytes, mem.output_size_in_bytes,
+                      mem.alias_size_in_bytes, mem.temp_size_in_bytes,
+                      float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
+                      model_flops_per_chip, collectives(compiled.as_text()), chip)
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+def train_steps(cfg: ModelConfig, s: trainer_lib.Settings, mesh, rows: int, length: int,
+                steps=("ppo", "critic"), rules=None, chip: Chip | None = None):
+    """Compile the trainer's PPO step and Critic Warm-Up step for one batch of rows x length."""
+    chip = chip or chip_spec(mesh.devices.flat[0].device_kind)
+    actor_def, critic_def, actor_tx, critic_tx, state = train_state(cfg, s, mesh, rules)
+    data = batch(cfg, rows, length, mesh, rules)
+    state_sh = jax.tree.map(lambda x: x.sharding, state)
+    tokens, context = rows * length, length / 2  # causal: a token sees half the row on average
+    fns = {
+        # actor: pre-update fwd + train (fwd + bwd); critic: the same
+        "ppo": (functools.partial(trainer_lib.ppo_step, actor_def, critic_def, actor_tx,
+                                  critic_tx, s), 8),
+        "critic": (functools.partial(trainer_lib.critic_step, critic_def, critic_tx, s), 4),
+    }
+    reports = []
+    for name in steps:
+        fn, passes = fns[name]
+        with jax.set_mesh(mesh):
+            lowered = jax.jit(fn, in_shardings=(state_sh, jax.tree.map(lambda x: x.sharding, data)),
+                              out_shardings=(state_sh, None), donate_argnums=(0,)).lower(state, data)
+        flops = model_flops(cfg, tokens, context, passes) / mesh.size
+        reports.append(measure(f"{name} step ({rows} x {length} tokens)", lowered, flops, chip))
+    return reports
+
+
+def engine_steps(cfg: ModelConfig, mesh, batch_size: int, prefill: int, max_len: int,
+                 rules=None, chip: Chip | None = None):
+    """Compile the embedded engine's prefill (`prefill` new tokens per row into a cache of
+    `max_len`) and decode (one token per row) for `batch_size` rows, weights sharded by the
+    rules, rows over the batch axes."""
+    from t1jax.rollout import jax_engine
+    chip = chip or chip_spec(mesh.devices.flat[0].device_kind)
+    graphdef, params, params_sh = _param_state(CausalLM, cfg, mesh, rules)
+    shape = dict(mesh.shape)
+
+    def place(x, names):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(
+            mesh, sharding.spec_for(names, x.shape, shape, rules)))
+
+    cache = jax.eval_shape(lambda: KVCache.create(cfg, batch_size, max_len))
+    names = {4: ("batch", None, "kv_heads", "head_dim"), 3: ("batch", None, None),
+             1: ("batch",)}
+    cache = jax.tree.map(lambda x: place(x, names.get(x.ndim, ("batch",) + (None,) * (x.ndim - 1))),
+                         cache)
+    state = _abstract(params, params_sh)
+    vec = lambda dtype: place(jax.ShapeDtypeStruct((batch_size,), dtype), ("batch",))  # noqa: E731
+    sampling = (vec(jnp.float32), vec(jnp.int32), vec(jnp.float32), vec(jnp.uint32),
+                vec(jnp.int32))
+    row = lambda n: place(jax.ShapeDtypeStruct((batch_size, n), jnp.int32), ("batch", None))  # noqa: E731
+    reports = []
+    with jax.set_mesh(mesh):
+        lowered = jax_engine._prefill.lower(graphdef, state, cache, row(prefill), row(prefill),
+                                            vec(jnp.bool_), vec(jnp.int32), vec(jnp.int32),
+                                            sampling)
+    flops = model_flops(cfg, batch_size * prefill, max_len / 2, 1) / mesh.size
+    reports.append(measure(f"engine prefill ({batch_size} x {prefill} tokens, cache {max_len})",
+                           lowered, flops, chip))
+    with jax.set_mesh(mesh):
+        lowered = jax_engine._decode.lower(graphdef, state, cache, vec(jnp.int32), vec(jnp.int32),
+                                           vec(jnp.bool_), sampling)
+    flops = model_flops(cfg, batch_size, max_len / 2, 1) / mesh.size
+    reports.append(measure(f"engine decode ({batch_size} rows, cache {max_len})", lowered, flops,
+                           chip))
+    return reports
+
+
+def rows_per_step(mesh, s: trainer_lib.Settings) -> int:
+    """The smallest batch the trainer packs: one row per batch-axis device per minibatch."""
+    shape = dict(mesh.shape)
+    return shape["data"] * shape["fsdp"] * shape["expert"] * s.minibatches
+

@@ -1,0 +1,104 @@
+"""The ahead-of-time compile report (t1jax/aot.py) on CPU devices, and the sharding facts it
+relies on: the MoE dispatch stays local to each device's tokens (the failure that made real
+configs need 118-222 GB per chip), the trainer places Adam's moments like their parameters, the
+HLO collective counter multiplies loop bodies by their trip counts, and model FLOPs follow
+param_counts. The TPU topology compiles of the real configs are tests/test_aot_tpu.py."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from t1jax import aot, sharding
+from t1jax.model.config import param_counts
+from t1jax.model.transformer import CausalLM
+from t1jax.rl.trainer import Settings
+
+from test_sharding import tiny_config
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8,
+                                reason="needs 8 devices (tests/conftest.py sets XLA_FLAGS)")
+
+
+def test_collectives_multiplies_loop_bodies_by_trip_count():
+    mesh = jax.make_mesh((8,), ("x",))
+
+    def f(xs):
+        def body(c, x):
+            total = jax.shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"),
+                                  out_specs=P())(x)
+            return c + total, None
+        return jax.lax.scan(body, jnp.zeros((2,)), xs)[0]
+
+    xs = jax.ShapeDtypeStruct((5, 16), jnp.float32, sharding=NamedSharding(mesh, P(None, "x")))
+    hlo = jax.jit(f).lower(xs).compile().as_text()
+    assert len(re.findall(r"all-reduce\(", hlo)) == 1  # one op in the text, inside the loop
+    got = aot.collectives(hlo)
+    assert got["all-reduce"] == {"count": 5, "bytes": 5 * 2 * 4}
+    assert got["all-gather"]["count"] == 0
+
+
+def test_model_flops_is_six_n_d_plus_attention():
+    cfg = tiny_config().replace(tie_word_embeddings=False)
+    counts = param_counts(cfg)
+    n = counts["active"] - counts["embedding"]  # untied: the head is a matmul, the lookup not
+    assert aot.model_flops(cfg, 1000, 0, 3) == 6 * n * 1000
+    tied = cfg.replace(tie_word_embeddings=True)  # the one matrix is both: counted as the head
+    assert aot.model_flops(tied, 1000, 0, 3) == 6 * param_counts(tied)["active"] * 1000
+    attn = 4 * 64 * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers
+    assert aot.model_flops(cfg, 10, 64, 1) == 10 * (2 * n + attn)
+
+
+def _compiled_forward_hlo(cfg, mesh, rows, length):
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: CausalLM(cfg, nnx.Rngs(0))))
+    shard = sharding.shardings(sharding.param_specs(state, mesh), mesh)
+    tok = NamedSharding(mesh, sharding.spec_for(("batch", "length"), (rows, length),
+                                                dict(mesh.shape)))
+    abstract = aot._abstract(state, shard)
+    with jax.set_mesh(mesh):
+        return jax.jit(lambda s, t: nnx.merge(graphdef, s)(t).logits).lower(
+            abstract, jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=tok)
+        ).compile().as_text()
+
+
+def test_moe_dispatch_sorts_each_devices_tokens_only():
+    """8 rows x 16 tokens over 8 devices, top-2: each device sorts its own 32 assignments; a
+    sort over all 256 is the GSPMD fallback that replicated every token on every chip."""
+    cfg = tiny_config().replace(moe_dispatch="blocked")
+    hlo = _compiled_forward_hlo(cfg, sharding.make_mesh(data=2, fsdp=2, expert=2), 8, 16)
+    sorts = [line.split(" sort(")[0] for line in hlo.splitlines() if " sort(" in line]
+    sizes = {int(m) for line in sorts for m in re.findall(r"\[(\d+)\]", line)}
+    k = cfg.num_experts_per_tok
+    assert (8 * 16 // 8) * k in sizes, sizes
+    assert 8 * 16 * k not in sizes, sizes
+    assert "all-gather" in hlo  # the experts come to the tokens
+
+
+def test_train_steps_report_on_cpu_devices():
+    """The PPO step compiled on an 8-device CPU mesh through the same code path as a TPU
+    topology: every number present, optimizer moments sharded like their parameters."""
+    cfg = tiny_config()
+    mesh = sharding.make_mesh(data=2, fsdp=2, expert=2)
+    s = Settings(min_length=32, max_length=64, minibatches=2)
+    *_, state = aot.train_state(cfg, s, mesh)
+    mu = state.actor_opt[1][0].mu  # clip_by_global_norm, then adam's (count, mu, nu)
+    for (path, p), (_, m) in zip(nnx.to_flat_state(state.actor), nnx.to_flat_state(mu),
+                                 strict=True):
+        assert m.get_value().sharding == p.get_value().sharding, path
+    assert any(p.get_value().sharding.spec != P() for _, p in nnx.to_flat_state(mu))
+    rows = aot.rows_per_step(mesh, s)
+    assert rows == 16
+    (report,) = aot.train_steps(cfg, s, mesh, rows, 64, ("ppo",), chip=aot.CHIPS["TPU v5"])
+    d = report.as_dict()
+    assert report.fits and 0 < report.total_bytes < 1e9
+    assert d["temp_bytes"] > 0 and d["argument_bytes"] > 0 and d["xla_flops"] > 0
+    assert report.collectives["all-gather"]["count"] > 0
+    assert report.model_flops == aot.model_flops(cfg, rows * 64, 32, 8) / 8
+    assert 0 < report.mfu <= 1 and report.step_seconds > 0
+    assert "fits" in report.lines()[0]
+    np.testing.assert_allclose(report.total_bytes, d["argument_bytes"] + d["output_bytes"]
+                               - d["alias_bytes"] + d["temp_bytes"])

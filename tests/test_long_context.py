@@ -1,0 +1,95 @@
+"""What makes 32k-64k-token training rows fit (ahead-of-time compile, experiments/aot_compile.py),
+checked on CPU against the plain paths: the model with flash attention computes the naive
+attention's logits and routes (packed rows, and prefill + decode through the KV cache in the
+engine), layer remat leaves loss and gradients unchanged, and the trainer's chunked vocabulary
+reduction (rl.logits_chunk) gives the full-logits step's update and metrics."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from conftest import tiny_causal_lm
+from t1jax.model.transformer import CausalLM, use_flash
+from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.jax_engine import JaxEngine
+
+
+def variant(model, **changes):
+    """The same parameters under a config with `changes` (attention, remat, ...)."""
+    cfg = model.model.cfg.replace(**changes)
+    graphdef = nnx.graphdef(nnx.eval_shape(lambda: CausalLM(cfg, nnx.Rngs(0))))
+    return nnx.merge(graphdef, nnx.state(model))
+
+
+def packed_rows(vocab):
+    """Row 0: two chunks (positions restart) and padding; row 1: one chunk over the whole row."""
+    rng = np.random.RandomState(0)
+    tokens = rng.randint(0, vocab, (2, 80)).astype(np.int32)
+    seg = np.zeros((2, 80), np.int32)
+    pos = np.zeros((2, 80), np.int32)
+    seg[0, :30], pos[0, :30] = 1, np.arange(30)
+    seg[0, 30:65], pos[0, 30:65] = 2, np.arange(35)
+    seg[1], pos[1] = 1, np.arange(80)
+    return tokens, pos, seg
+
+
+def test_auto_picks_flash_for_long_score_matrices_only():
+    assert not use_flash("auto", 1, 65536)  # decode: one query row
+    assert not use_flash("auto", 512, 512)
+    assert use_flash("auto", 2048, 2048) and use_flash("auto", 4096, 65536)
+    assert use_flash("flash", 8, 8) and not use_flash("naive", 65536, 65536)
+
+
+def test_flash_model_equals_naive_on_packed_rows(any_model):
+    tokens, pos, seg = packed_rows(any_model.model.cfg.vocab_size)
+    outs = {}
+    for impl in ("naive", "flash"):
+        model = variant(any_model, attention=impl, attention_block=16)
+        outs[impl] = jax.jit(lambda m, t, p, s: m(t, p, s))(model, tokens, pos, seg)
+    valid = seg > 0
+    np.testing.assert_allclose(np.asarray(outs["flash"].logits)[valid],
+                               np.asarray(outs["naive"].logits)[valid], atol=2e-5, rtol=0)
+    np.testing.assert_array_equal(np.asarray(outs["flash"].routes),
+                                  np.asarray(outs["naive"].routes))
+
+
+def test_flash_engine_equals_naive_engine(any_model):
+    """Prefill (flash over the cache's keys) and decode give the same greedy ids, log-probs and
+    routes as the naive attention."""
+    prompts = [[5, 17, 300, 42, 7, 9, 11, 13, 2, 4], [9, 1, 2]]
+    params = SamplingParams(temperature=0.0, max_new_tokens=5)
+    results = {}
+    for impl in ("naive", "flash"):
+        engine = JaxEngine(variant(any_model, attention=impl, attention_block=4), max_batch=2,
+                           max_len=32, prefill_buckets=(16,))
+        results[impl] = engine.generate(prompts, params)
+    for a, b in zip(results["flash"], results["naive"]):
+        assert a.output_ids == b.output_ids
+        np.testing.assert_allclose(a.output_logprobs, b.output_logprobs, atol=1e-4)
+        np.testing.assert_array_equal(a.routed_experts, b.routed_experts)
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_5_moe"])
+def test_remat_keeps_loss_and_gradients(family):
+    base = tiny_causal_lm(family)
+    tokens, pos, seg = packed_rows(base.model.cfg.vocab_size)
+
+    def loss(model):
+        out = model(tokens, pos, seg)
+        return jnp.mean(jnp.where(seg[..., None] > 0, out.logits, 0.0) ** 2)
+
+    results = [jax.jit(nnx.value_and_grad(loss))(variant(base, remat=r)) for r in (False, True)]
+    (l0, g0), (l1, g1) = results
+    np.testing.assert_allclose(float(l1), float(l0), rtol=1e-6)
+    for (path, a), (_, b) in zip(nnx.to_flat_state(g0), nnx.to_flat_state(g1), strict=True):
+        scale = float(np.max(np.abs(np.asarray(a.get_value())))) or 1.0
+        np.testing.assert_allclose(np.asarray(b.get_value()), np.asarray(a.get_value()),
+                                   atol=1e-6 * scale, rtol=1e-5, err_msg=str(path))
+    def remat_calls(model):
+        return str(jax.make_jaxpr(lambda m: loss(m))(model)).count("remat2[")
+    assert remat_calls(variant(base, remat=True)) == base.model.cfg.num_hidden_layers
+    assert remat_calls(variant(base, remat=False)) == 0
