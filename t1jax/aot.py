@@ -8,11 +8,13 @@ memory here. The steps compiled are exactly the trainer's (`trainer.ppo_step`, `
 and the embedded engine's (`jax_engine._prefill`, `_decode`), with the config's mesh and rules.
 
 The report per step: memory per chip from XLA's buffer assignment (arguments, outputs,
-temporaries, total against the chip's HBM), FLOPs and bytes from XLA's cost analysis, the
-collectives in the compiled HLO (count and bytes, loop bodies multiplied by their trip counts),
-and an estimated step time and MFU: the model's FLOPs (t1jax.model.config.param_counts, plus
-attention) at the chip's peak or its HBM bytes at the chip's bandwidth, whichever is slower,
-plus every collective byte over the chip's ICI bandwidth with no overlap (a pessimistic bound).
+temporaries, total against the chip's HBM), FLOPs and bytes from XLA's cost analysis (which
+counts a loop body once: scans over minibatches, token chunks and attention blocks make it an
+undercount), the collectives in the compiled HLO (count and bytes, loop bodies multiplied by
+their trip counts), and an estimated step time and MFU: the model's FLOPs
+(t1jax.model.config.param_counts, plus attention) with the remat recompute at the chip's peak,
+or XLA's bytes at its HBM bandwidth, whichever is slower, plus every collective byte over the
+chip's ICI bandwidth with no overlap. Peak-rate matmuls make the MFU an upper bound.
 """
 
 from __future__ import annotations
@@ -210,8 +212,10 @@ class StepReport:
     xla_flops: float
     xla_bytes: float
     model_flops: float  # per chip
+    hardware_flops: float  # per chip, with the remat recompute
     collectives: dict
     chip: Chip
+    error: str = ""  # the compiler's out-of-memory message when the step does not fit
 
     @property
     def total_bytes(self) -> int:
@@ -219,7 +223,7 @@ class StepReport:
 
     @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.chip.hbm_bytes
+        return not self.error and self.total_bytes <= self.chip.hbm_bytes
 
     @property
     def collective_bytes(self) -> float:
@@ -227,7 +231,7 @@ class StepReport:
 
     @property
     def step_seconds(self) -> float:
-        compute = max(self.model_flops / self.chip.peak_flops,
+        compute = max(self.hardware_flops / self.chip.peak_flops,
                       self.xla_bytes / self.chip.hbm_bandwidth)
         return compute + self.collective_bytes / self.chip.ici_bandwidth
 
@@ -243,24 +247,36 @@ class StepReport:
 
     def lines(self) -> list[str]:
         gb = 1e9
+        if self.error:
+            return [f"{self.name}: DOES NOT FIT: {self.error} (after {self.compile_s:.0f} s)"]
         out = [f"{self.name}: {self.total_bytes / gb:.1f} GB of {self.chip.hbm_bytes / gb:.0f} GB "
                f"per chip ({'fits' if self.fits else 'DOES NOT FIT'}): arguments "
                f"{self.argument_bytes / gb:.1f}, outputs {self.output_bytes / gb:.1f} (aliased "
                f"{self.alias_bytes / gb:.1f}), temporaries {self.temp_bytes / gb:.1f}; compiled in "
                f"{self.compile_s:.0f} s",
-               f"  model FLOPs/chip {self.model_flops:.3g} (XLA cost analysis: {self.xla_flops:.3g}"
-               f" FLOPs, {self.xla_bytes:.3g} bytes); estimated {self.step_seconds:.2f} s, "
-               f"MFU {100 * self.mfu:.1f}%"]
+               f"  FLOPs/chip: model {self.model_flops:.3g}, with recompute "
+               f"{self.hardware_flops:.3g} (XLA cost analysis, loop bodies once: "
+               f"{self.xla_flops:.3g} FLOPs, {self.xla_bytes:.3g} bytes); estimated "
+               f"{self.step_seconds:.2f} s, MFU <= {100 * self.mfu:.1f}%"]
         out.append("  collectives/chip: " + ", ".join(
             f"{k} {c['count']}x {c['bytes'] / gb:.2f} GB" for k, c in self.collectives.items()
             if c["count"]))
         return out
 
 
-def measure(name: str, lowered, model_flops_per_chip: float, chip: Chip) -> StepReport:
+def measure(name: str, lowered, flops: tuple[float, float], chip: Chip) -> StepReport:
+    """Compile `lowered`; flops = (model, with recompute) per chip."""
     import time
     t0 = time.perf_counter()
-    compiled = lowered.compile()
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as err:  # XLA refuses a program over the chip's HBM
+        found = re.search(r"HLO temporaries \(([\d.]+)G\)", str(err))
+        if "RESOURCE_EXHAUSTED" not in str(err):
+            raise
+        temp = int(float(found.group(1)) * 2**30) if found else 0
+        return StepReport(name, time.perf_counter() - t0, 0, 0, 0, temp, 0.0, 0.0,
+                          *flops, {}, chip, str(err).splitlines()[0][:300])
     seconds = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
@@ -268,7 +284,7 @@ def measure(name: str, lowered, model_flops_per_chip: float, chip: Chip) -> Step
     return StepReport(name, seconds, mem.argument_size_in_bytes, mem.output_size_in_bytes,
                       mem.alias_size_in_bytes, mem.temp_size_in_bytes,
                       float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
-                      model_flops_per_chip, collectives(compiled.as_text()), chip)
+                      *flops, collectives(compiled.as_text()), chip)
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -281,19 +297,22 @@ def train_steps(cfg: ModelConfig, s: trainer_lib.Settings, mesh, rows: int, leng
     data = batch(cfg, rows, length, mesh, rules)
     state_sh = jax.tree.map(lambda x: x.sharding, state)
     tokens, context = rows * length, length / 2  # causal: a token sees half the row on average
+    # forward-equivalents per model: pre-update forward 1 + update 3 (fwd + bwd); remat
+    # recomputes the forward once more in the backward
+    per_model, recompute = 4, 1 if cfg.remat else 0
     fns = {
-        # actor: pre-update fwd + train (fwd + bwd); critic: the same
         "ppo": (functools.partial(trainer_lib.ppo_step, actor_def, critic_def, actor_tx,
-                                  critic_tx, s), 8),
-        "critic": (functools.partial(trainer_lib.critic_step, critic_def, critic_tx, s), 4),
+                                  critic_tx, s), 2),
+        "critic": (functools.partial(trainer_lib.critic_step, critic_def, critic_tx, s), 1),
     }
     reports = []
     for name in steps:
-        fn, passes = fns[name]
+        fn, models = fns[name]
         with jax.set_mesh(mesh):
             lowered = jax.jit(fn, in_shardings=(state_sh, jax.tree.map(lambda x: x.sharding, data)),
                               out_shardings=(state_sh, None), donate_argnums=(0,)).lower(state, data)
-        flops = model_flops(cfg, tokens, context, passes) / mesh.size
+        flops = tuple(model_flops(cfg, tokens, context, models * p) / mesh.size
+                      for p in (per_model, per_model + recompute))
         reports.append(measure(f"{name} step ({rows} x {length} tokens)", lowered, flops, chip))
     return reports
 
@@ -327,13 +346,13 @@ def engine_steps(cfg: ModelConfig, mesh, batch_size: int, prefill: int, max_len:
         lowered = jax_engine._prefill.lower(graphdef, state, cache, row(prefill), row(prefill),
                                             vec(jnp.bool_), vec(jnp.int32), vec(jnp.int32),
                                             sampling)
-    flops = model_flops(cfg, batch_size * prefill, max_len / 2, 1) / mesh.size
+    flops = (model_flops(cfg, batch_size * prefill, max_len / 2, 1) / mesh.size,) * 2
     reports.append(measure(f"engine prefill ({batch_size} x {prefill} tokens, cache {max_len})",
                            lowered, flops, chip))
     with jax.set_mesh(mesh):
         lowered = jax_engine._decode.lower(graphdef, state, cache, vec(jnp.int32), vec(jnp.int32),
                                            vec(jnp.bool_), sampling)
-    flops = model_flops(cfg, batch_size, max_len / 2, 1) / mesh.size
+    flops = (model_flops(cfg, batch_size, max_len / 2, 1) / mesh.size,) * 2
     reports.append(measure(f"engine decode ({batch_size} rows, cache {max_len})", lowered, flops,
                            chip))
     return reports

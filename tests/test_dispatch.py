@@ -166,3 +166,34 @@ def test_auto_resolves_to_a_real_strategy():
     assert trace("auto") == trace(dispatch.resolve_strategy("auto"))
     with pytest.raises(ValueError, match="unknown"):
         dispatch.resolve_strategy("nope")
+
+
+# -- bounded passes and the mesh -----------------------------------------------------------------
+
+
+def test_chunked_expert_ffn_equals_one_pass_values_and_grads():
+    """chunked_expert_ffn (at most `chunk` tokens per pass, the last chunk padded with expert
+    -1) computes the one-pass function, and its gradients, for every input it is given."""
+    from t1jax.model.expert_sharding import chunked_expert_ffn
+    rng = np.random.RandomState(7)
+    t, d, f, e, k = 37, 16, 8, 6, 2
+    x = jnp.asarray(rng.randn(t, d), jnp.float32)
+    idx = jnp.asarray(np.stack([rng.choice(e, k, replace=False) for _ in range(t)]), jnp.int32)
+    idx = idx.at[5].set(-1)  # a padding token
+    w = jnp.asarray(rng.rand(t, k), jnp.float32)
+    wg, wu = (jnp.asarray(rng.randn(e, d, f) * 0.3, jnp.float32) for _ in range(2))
+    wd = jnp.asarray(rng.randn(e, f, d) * 0.3, jnp.float32)
+
+    def loss(chunk, x, w, wg, wu, wd):
+        y = chunked_expert_ffn(x, idx, w, wg, wu, wd, strategy="blocked", chunk=chunk)
+        return jnp.sum(y * jnp.cos(jnp.arange(d, dtype=jnp.float32)))
+
+    full = jax.value_and_grad(functools.partial(loss, 1000), argnums=(0, 1, 2, 3, 4))
+    parts = jax.value_and_grad(functools.partial(loss, 8), argnums=(0, 1, 2, 3, 4))
+    (v0, g0), (v1, g1) = full(x, w, wg, wu, wd), parts(x, w, wg, wu, wd)
+    np.testing.assert_allclose(float(v1), float(v0), rtol=1e-5)
+    for a, b in zip(g1, g0):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    y = chunked_expert_ffn(x, idx, w, wg, wu, wd, strategy="blocked", chunk=8)
+    np.testing.assert_allclose(np.asarray(y), expert_ffn_loop_reference(x, idx, w, wg, wu, wd),
+                               rtol=1e-4, atol=1e-5)

@@ -93,3 +93,14 @@ def test_remat_keeps_loss_and_gradients(family):
         return str(jax.make_jaxpr(lambda m: loss(m))(model)).count("remat2[")
     assert remat_calls(variant(base, remat=True)) == base.model.cfg.num_hidden_layers
     assert remat_calls(variant(base, remat=False)) == 0
+
+
+def test_moe_token_chunks_leave_the_model_unchanged(any_model):
+    """The expert FFN over 16 tokens at a time (moe_token_chunk; 160 tokens, the last chunk
+    padded) gives the one-pass model's logits and routes."""
+    tokens, pos, seg = packed_rows(any_model.model.cfg.vocab_size)
+    outs = [jax.jit(lambda m, t, p, s: m(t, p, s))(variant(any_model, moe_token_chunk=c),
+                                                   tokens, pos, seg) for c in (8192, 16)]
+    np.testing.assert_allclose(np.asarray(outs[1].logits), np.asarray(outs[0].logits),
+                               atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(np.asarray(outs[1].routes), np.asarray(outs[0].routes))

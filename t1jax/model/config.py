@@ -40,7 +40,7 @@ _REQUIRED_QWEN3_5 = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_
                      "linear_num_key_heads", "linear_num_value_heads")
 # t1jax-only fields: set by our configs (or from_hf_dict's overrides), never read from HF.
 _T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef", "remat",
-                 "attention", "attention_block")
+                 "attention", "attention_block", "moe_token_chunk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +92,8 @@ class ModelConfig:
     # "auto" | "flash" | "naive" (transformer.use_flash): flash keeps attention memory O(S)
     attention: str = "auto"
     attention_block: int = 512
+    # the expert FFN runs over at most this many tokens per device at a time (bounded buffers)
+    moe_token_chunk: int = 8192
 
     def __post_init__(self):
         # Normalize containers so configs built from JSON / ConfigDict lists compare and hash equal.
@@ -161,6 +163,8 @@ class ModelConfig:
                 raise ValueError(f"{k}={getattr(self, k)!r}; supported: {', '.join(DTYPES)}")
         if self.attention not in ("auto", "flash", "naive"):
             raise ValueError(f"attention must be 'auto', 'flash' or 'naive', got {self.attention!r}")
+        if not isinstance(self.moe_token_chunk, int) or self.moe_token_chunk <= 0:
+            raise ValueError(f"moe_token_chunk must be a positive int, got {self.moe_token_chunk!r}")
         if not isinstance(self.attention_block, int) or self.attention_block <= 0:
             raise ValueError(f"attention_block must be a positive int, got {self.attention_block!r}")
         if not isinstance(self.moe_dispatch, str) or not self.moe_dispatch:

@@ -17,6 +17,7 @@ parallelism, which moves T*k activations instead, is not implemented.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from jax._src.lax.parallel import all_gather_invariant  # public as jax.lax.* in newer JAX
 from jax.sharding import PartitionSpec as P
 
@@ -42,13 +43,37 @@ def _gather(w, spec: P, keep: int):
     return w
 
 
-def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *,
-                       strategy: str):
-    """`dispatch.expert_ffn` under the active mesh (`jax.set_mesh`); the plain call without one."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh is None or mesh.empty or mesh.size == 1:
+def chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *,
+                       strategy: str, chunk: int):
+    """`dispatch.expert_ffn` over at most `chunk` tokens at a time (lax.map; a token's output
+    depends on that token alone, so this is the same function). Why: the dispatch buffers are
+    [tokens * k, ...] in float32, and at 32k-64k tokens per device those of one pass (the
+    grouped matmuls' outputs and, on TPU, their per-expert masks in the backward) reach tens of
+    GB. Padding tokens get expert -1 and contribute nothing."""
+    t = x_td.shape[0]
+    if t <= chunk:
         return expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd,
                           strategy=strategy)
+    n = -(-t // chunk)
+    pad = n * chunk - t
+    x = jnp.pad(x_td, ((0, pad), (0, 0))).reshape(n, chunk, -1)
+    idx = jnp.pad(indices_tk, ((0, pad), (0, 0)), constant_values=-1).reshape(n, chunk, -1)
+    w = jnp.pad(weights_tk, ((0, pad), (0, 0))).reshape(n, chunk, -1)
+    # checkpoint: the backward keeps each chunk's inputs, not its [chunk * k, ...] buffers
+    # (costs one more forward of the expert FFN per chunk in the backward pass)
+    y = jax.lax.map(jax.checkpoint(lambda a: expert_ffn(*a, w_gate_edf, w_up_edf, w_down_efd,
+                                                        strategy=strategy)), (x, idx, w))
+    return y.reshape(n * chunk, -1)[:t]
+
+
+def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *,
+                       strategy: str, chunk: int = 1 << 30):
+    """`chunked_expert_ffn` under the active mesh (`jax.set_mesh`), each device on its own
+    tokens; the plain call without a mesh."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty or mesh.size == 1:
+        return chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf,
+                                  w_down_efd, strategy=strategy, chunk=chunk)
     shape = dict(mesh.shape)
     rows = sharding.spec_for(("batch", None), x_td.shape, shape)
     up = sharding.spec_for(_UP, w_gate_edf.shape, shape)
@@ -59,8 +84,8 @@ def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
     token_spec = P(rows[0], None)
 
     def local(x, idx, w, wg, wu, wd):
-        y = expert_ffn(x, idx, w, _gather(wg, up, 2), _gather(wu, up, 2), _gather(wd, down, 1),
-                       strategy=strategy)
+        y = chunked_expert_ffn(x, idx, w, _gather(wg, up, 2), _gather(wu, up, 2),
+                               _gather(wd, down, 1), strategy=strategy, chunk=chunk)
         return jax.lax.psum(y, width) if width else y
 
     return jax.shard_map(local, in_specs=(token_spec, token_spec, token_spec, up, up, down),

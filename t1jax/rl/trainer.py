@@ -110,12 +110,34 @@ def token_logprobs(logits, tokens, temperature: float):
     return jnp.pad(lp, ((0, 0), (1, 0)))
 
 
+def _split(x, n: int):
+    """[B, ...] -> [n, B / n, ...], minibatch i = rows i, i + n, i + 2n, ...: rows are placed in
+    contiguous blocks per device, so every minibatch keeps rows on every device (a contiguous
+    split would put each minibatch on 1/n of the devices)."""
+    return x.reshape((x.shape[0] // n, n) + x.shape[1:]).swapaxes(0, 1)
+
+
+def _unsplit(x):
+    return x.swapaxes(0, 1).reshape((-1,) + x.shape[2:])
+
+
 def _minibatches(tree, n: int, epochs: int):
     """[B, ...] leaves -> [epochs * n, B / n, ...] (same order each epoch)."""
     def split(x):
-        x = x.reshape((n, x.shape[0] // n) + x.shape[1:])
+        x = _split(x, n)
         return jnp.concatenate([x] * epochs, axis=0) if epochs > 1 else x
     return jax.tree.map(split, tree)
+
+
+def per_minibatch(fn, params, tree, n: int):
+    """fn(params, minibatch) over the batch one minibatch at a time, results reassembled to
+    [B, ...]: the pre-update forwards then hold one minibatch's activations, as the updates
+    do. (params ride in the scan's carry: nnx state must not be closed over across traces.)"""
+    if n == 1:
+        return fn(params, tree)
+    _, out = jax.lax.scan(lambda p, b: (p, fn(p, b)), params,
+                          jax.tree.map(lambda x: _split(x, n), tree))
+    return jax.tree.map(_unsplit, out)
 
 
 def _train(loss_fn, params, opt_state, tx, data, s: Settings):
@@ -265,7 +287,9 @@ def _critic_phase(critic_def, critic_tx, s: Settings, state: TrainState, batch: 
                   rewards):
     """Pre-update values, GAE, critic update. Returns (critic, opt, metrics, values, adv, ret)."""
     mask = batch.loss_mask
-    old_values = jax.lax.stop_gradient(critic_lib.critic_values(critic_def, state.critic, batch))
+    old_values = jax.lax.stop_gradient(per_minibatch(
+        functools.partial(critic_lib.critic_values, critic_def), state.critic, batch,
+        s.minibatches))
     advantages, returns = ppo.gae(rewards, old_values, mask, batch.trial_ids, s.gamma, s.lam)
     critic, critic_opt, m = _train(critic_lib.critic_loss(critic_def, s.value_clip),
                                    state.critic, state.critic_opt, critic_tx,
@@ -308,16 +332,20 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
              batch: Batch):
     mask = batch.loss_mask
     # 1. the actor before the update: the log-probs PPO's ratio and the mismatch metrics use
-    old_out, old_stats = _actor_forward(actor_def, state.actor, batch, s.r3, s, s.temperature)
-    train_logp = jax.lax.stop_gradient(old_stats["logp"])
+    def pre_update(params, b):
+        out, stats = _actor_forward(actor_def, params, b, s.r3, s, s.temperature)
+        return stats["logp"], out.free_routes
+
+    train_logp, free_routes = per_minibatch(pre_update, state.actor, batch, s.minibatches)
+    train_logp = jax.lax.stop_gradient(train_logp)
     metrics = metrics_lib.mismatch(train_logp, batch.rollout_logprobs, mask,
-                                   old_out.free_routes, batch.routes, batch.segment_ids > 0)
+                                   free_routes, batch.routes, batch.segment_ids > 0)
     old_logp = train_logp if s.old_logprobs == "recompute" else batch.rollout_logprobs
     rewards = batch.rewards
     ref_logp = None
     if s.uses_reference:
-        _, ref_stats = _actor_forward(actor_def, state.reference, batch, s.r3, s, s.temperature)
-        ref_logp = jax.lax.stop_gradient(ref_stats["logp"])
+        ref_logp, _ = per_minibatch(pre_update, state.reference, batch, s.minibatches)
+        ref_logp = jax.lax.stop_gradient(ref_logp)
         kl = (train_logp - ref_logp) * mask
         metrics["actor/kl_to_reference"] = ppo.masked_mean(kl, mask)
         rewards = rewards - s.kl_reward_coef * kl
