@@ -30,10 +30,11 @@ oversampling (admit the first trials to finish); up to 300+ tool calls per trial
 What it does not state, and is ours: batch size, learning rates, context and per-turn budgets,
 fleet size and the meshes. Memory (bf16 weights, fp32 Adam moments, ~12 bytes/param): actor
 1.47 TB + critic 1.47 TB (no frozen reference: KL is off); over 64 H200 (expert=8
-x fsdp=8) that is ~46 GB/GPU of state before activations. It does NOT fit yet: an
-ahead-of-time TPU compile of the smaller Qwen3-30B / Qwen3.5-35B steps showed the MoE FFN
-gathering every expert's weights onto every chip (118-220 GB of temporaries at 512 tokens per
-chip); expert-parallel dispatch and layer remat come first (#12). Not run on GPUs here.
+x fsdp=8) that is ~46 GB/GPU of state before activations. Whether a 64k-token row's
+activations fit on top is not established: the ahead-of-time TPU check (BUILD.md, "Ahead-of-time
+TPU checks") has not been run on this config (it needs more host memory than our machines
+have), and Qwen3-30B-A3B's critic step already needs 108.8 GB per v5p chip at 32k-token rows.
+Not run on GPUs here.
 
 Known gap: our pinned chat template (t1jax/rollout/chat.py) renders Qwen2.5/3-style JSON tool
 calls, while Qwen3.5's own template uses XML function calls; the SFT stage teaches the pinned

@@ -23,7 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config (trainer fields).")
 _TOPOLOGY = flags.DEFINE_string("topology", "v5p:4x4x4", "TPU topology, e.g. v5p:4x4x8.")
 _MESH = flags.DEFINE_string("mesh", None, "data,fsdp,expert,tensor (default: the config's).")
-_STEPS = flags.DEFINE_list("steps", ["ppo", "critic", "prefill", "decode"], "Steps to compile.")
+_STEPS = flags.DEFINE_list("steps", ["actor", "critic", "prefill", "decode"],
+                           "Steps: actor, critic, ppo (both in one program), prefill, decode.")
+_MODEL = flags.DEFINE_string("model", None, "A model config file (configs/model/*.py[:arg]) "
+                             "whose model block replaces the run config's.")
 _ROWS = flags.DEFINE_integer("rows", None, "Training rows (default: one per batch-axis chip per "
                              "minibatch, the smallest batch the trainer packs).")
 _LENGTH = flags.DEFINE_integer("length", None, "Tokens per row (default: rl.max_length).")
@@ -51,7 +54,15 @@ def main(argv) -> int:
     sizes = ([int(x) for x in _MESH.value.split(",")] if _MESH.value else
              [config.mesh.data, config.mesh.fsdp, config.mesh.expert, config.mesh.tensor])
     mesh = sharding.make_mesh(*sizes, devices=devices)
-    cfg = aot.for_target(model_config_from(config.model))
+    model = config.model
+    if _MODEL.value:
+        import importlib.util
+        path, _, arg = _MODEL.value.partition(":")
+        spec = importlib.util.spec_from_file_location("model_config", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        model = module.get_config(arg or None).model
+    cfg = aot.for_target(model_config_from(model))
     s = Settings.from_config(config.rl)
     rows = _ROWS.value or aot.rows_per_step(mesh, s)
     length = _LENGTH.value or s.max_length
@@ -59,18 +70,22 @@ def main(argv) -> int:
     print(f"{len(devices)} x {devices[0].device_kind} ({_TOPOLOGY.value}), mesh "
           f"{dict(mesh.shape)}, model {cfg.model_type} {cfg.num_hidden_layers} layers, "
           f"dispatch {cfg.moe_dispatch}, remat {cfg.remat}, attention {cfg.attention}", flush=True)
-    reports = []
-    train = [x for x in _STEPS.value if x in ("ppo", "critic")]
-    if train:
-        for r in aot.train_steps(cfg, s, mesh, rows, length, train):
-            reports.append(r)
-            print("\n".join(r.lines()), flush=True)
-    if {"prefill", "decode"} & set(_STEPS.value):
-        engine_rows = _ENGINE_ROWS.value or batch_chips
-        for r in aot.engine_steps(cfg, mesh, engine_rows, min(_PREFILL.value, length), length):
-            if r.name.split()[1] in _STEPS.value:
-                reports.append(r)
-                print("\n".join(r.lines()), flush=True)
+
+    def compile_all(model_cfg):
+        out = []
+        train = [x for x in _STEPS.value if x in ("ppo", "actor", "critic")]
+        if train:
+            out += aot.train_steps(model_cfg, s, mesh, rows, length, train)
+        if {"prefill", "decode"} & set(_STEPS.value):
+            engine_rows = _ENGINE_ROWS.value or batch_chips
+            out += [r for r in aot.engine_steps(model_cfg, mesh, engine_rows,
+                                                min(_PREFILL.value, length), length)
+                    if r.name.split()[1] in _STEPS.value]
+        return out
+
+    reports = compile_all(cfg)
+    for r in reports:
+        print("\n".join(r.lines()), flush=True)
     if _JSON.value:
         Path(_JSON.value).write_text(json.dumps({
             "topology": _TOPOLOGY.value, "mesh": dict(mesh.shape), "device": devices[0].device_kind,

@@ -67,6 +67,7 @@ def topology_devices(topology: str):
     """The devices of a TPU topology such as "v5p:4x4x8" (needs libtpu: `jax[tpu]`)."""
     import os
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # not on a TPU VM: no metadata server
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compile-only: no chip to guard
     from jax.experimental import topologies
     return topologies.get_topology_desc(topology_name=topology, platform="tpu").devices
 
@@ -290,27 +291,35 @@ def measure(name: str, lowered, flops: tuple[float, float], chip: Chip) -> StepR
 # -- the steps ---------------------------------------------------------------------------------
 
 def train_steps(cfg: ModelConfig, s: trainer_lib.Settings, mesh, rows: int, length: int,
-                steps=("ppo", "critic"), rules=None, chip: Chip | None = None):
-    """Compile the trainer's PPO step and Critic Warm-Up step for one batch of rows x length."""
+                steps=("actor", "critic"), rules=None, chip: Chip | None = None):
+    """Compile trainer steps for one batch of rows x length: "actor" (trainer.actor_step: the
+    actor's half of a PPO step, advantages given), "critic" (trainer.critic_step: the critic's
+    half, which is also Critic Warm-Up's step), "ppo" (both in one program, as the trainer
+    runs it; about twice the compile time and host memory)."""
     chip = chip or chip_spec(mesh.devices.flat[0].device_kind)
     actor_def, critic_def, actor_tx, critic_tx, state = train_state(cfg, s, mesh, rules)
     data = batch(cfg, rows, length, mesh, rules)
+    data_sh = jax.tree.map(lambda x: x.sharding, data)
     state_sh = jax.tree.map(lambda x: x.sharding, state)
     tokens, context = rows * length, length / 2  # causal: a token sees half the row on average
     # forward-equivalents per model: pre-update forward 1 + update 3 (fwd + bwd); remat
     # recomputes the forward once more in the backward
     per_model, recompute = 4, 1 if cfg.remat else 0
+    advantages = jax.ShapeDtypeStruct((rows, length), jnp.float32, sharding=data_sh.loss_mask)
     fns = {
         "ppo": (functools.partial(trainer_lib.ppo_step, actor_def, critic_def, actor_tx,
-                                  critic_tx, s), 2),
-        "critic": (functools.partial(trainer_lib.critic_step, critic_def, critic_tx, s), 1),
+                                  critic_tx, s), 2, ()),
+        "actor": (functools.partial(trainer_lib.actor_step, actor_def, actor_tx, s), 1,
+                  (advantages,)),
+        "critic": (functools.partial(trainer_lib.critic_step, critic_def, critic_tx, s), 1, ()),
     }
     reports = []
     for name in steps:
-        fn, models = fns[name]
+        fn, models, extra = fns[name]
         with jax.set_mesh(mesh):
-            lowered = jax.jit(fn, in_shardings=(state_sh, jax.tree.map(lambda x: x.sharding, data)),
-                              out_shardings=(state_sh, None), donate_argnums=(0,)).lower(state, data)
+            lowered = jax.jit(
+                fn, in_shardings=(state_sh, data_sh) + tuple(x.sharding for x in extra),
+                out_shardings=(state_sh, None), donate_argnums=(0,)).lower(state, data, *extra)
         flops = tuple(model_flops(cfg, tokens, context, models * p) / mesh.size
                       for p in (per_model, per_model + recompute))
         reports.append(measure(f"{name} step ({rows} x {length} tokens)", lowered, flops, chip))

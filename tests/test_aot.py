@@ -92,7 +92,9 @@ def test_train_steps_report_on_cpu_devices():
     assert any(p.get_value().sharding.spec != P() for _, p in nnx.to_flat_state(mu))
     rows = aot.rows_per_step(mesh, s)
     assert rows == 16
-    (report,) = aot.train_steps(cfg, s, mesh, rows, 64, ("ppo",), chip=aot.CHIPS["TPU v5"])
+    report, actor = aot.train_steps(cfg, s, mesh, rows, 64, ("ppo", "actor"),
+                                    chip=aot.CHIPS["TPU v5"])
+    assert actor.fits and actor.model_flops == report.model_flops / 2  # one model of two
     d = report.as_dict()
     assert report.fits and 0 < report.total_bytes < 1e9
     assert d["temp_bytes"] > 0 and d["argument_bytes"] > 0 and d["xla_flops"] > 0

@@ -32,14 +32,16 @@ def _axes(entry) -> tuple[str, ...]:
     return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def _gather(w, spec: P, keep: int):
+def _gather(w, spec: P, keep: int, token_axes: tuple[str, ...]):
     """All-gather every sharded dimension of a local weight block except dimension `keep`.
-    The result is typed invariant over the gathered axes (it is the same on all of them), so
-    rows not split over, say, `expert` come out replicated there, and the gradient's transpose
-    sums over exactly the axes the tokens vary over."""
+    Over axes the tokens are split on, a plain all-gather: its transpose is a reduce-scatter
+    of the gradient. Over any other axis (rows that do not divide it), an invariant gather, so
+    the output is typed as replicated there, as it is."""
     for dim, entry in enumerate(spec):
-        if dim != keep and _axes(entry):
-            w = all_gather_invariant(w, _axes(entry), axis=dim, tiled=True)
+        axes = _axes(entry)
+        if dim != keep and axes:
+            gather = jax.lax.all_gather if set(axes) <= set(token_axes) else all_gather_invariant
+            w = gather(w, axes, axis=dim, tiled=True)
     return w
 
 
@@ -82,10 +84,12 @@ def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
     if _axes(down[1]) != width:
         raise ValueError(f"expert gate/up width split {up} differs from down's {down}")
     token_spec = P(rows[0], None)
+    token_axes = _axes(rows[0])
 
     def local(x, idx, w, wg, wu, wd):
-        y = chunked_expert_ffn(x, idx, w, _gather(wg, up, 2), _gather(wu, up, 2),
-                               _gather(wd, down, 1), strategy=strategy, chunk=chunk)
+        y = chunked_expert_ffn(x, idx, w, _gather(wg, up, 2, token_axes),
+                               _gather(wu, up, 2, token_axes), _gather(wd, down, 1, token_axes),
+                               strategy=strategy, chunk=chunk)
         return jax.lax.psum(y, width) if width else y
 
     return jax.shard_map(local, in_specs=(token_spec, token_spec, token_spec, up, up, down),

@@ -328,14 +328,56 @@ def _actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
     return out, stats
 
 
+def _pre_update(actor_def, s: Settings, params, batch: Batch):
+    out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature)
+    return stats["logp"], out.free_routes
+
+
+def actor_update(actor_def, actor_tx, s: Settings, actor, actor_opt, batch: Batch, old_logp,
+                 advantages, tis=None, ref_logp=None):
+    """PPO's actor update (step 4): clipped policy loss plus the switched-on terms, over the
+    minibatches. Returns (actor, optimizer state, metrics)."""
+    def actor_loss(params, batch, old_logp, advantages, tis, ref_logp):
+        out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
+                                    entropy=s.entropy_coef > 0)
+        logp = stats["logp"]
+        loss, clip_frac, approx_kl = ppo.policy_loss(logp, old_logp, advantages,
+                                                     batch.loss_mask, s.clip_eps, tis)
+        aux = {"actor/pg_loss": loss, "actor/clip_frac": clip_frac, "actor/approx_kl": approx_kl,
+               "actor/load_balancing": out.aux_loss}
+        if s.kl_loss_coef > 0:
+            kl = ppo.masked_mean(ppo.k3_kl(ref_logp, logp), batch.loss_mask)
+            loss, aux["actor/kl_loss"] = loss + s.kl_loss_coef * kl, kl
+        if s.entropy_coef > 0:
+            ent = ppo.masked_mean(stats["entropy"], batch.loss_mask)
+            loss, aux["actor/entropy"] = loss - s.entropy_coef * ent, ent
+        if s.load_balancing_coef > 0:
+            loss = loss + s.load_balancing_coef * out.aux_loss
+        return loss, aux
+
+    actor, actor_opt, m = _train(actor_loss, actor, actor_opt, actor_tx,
+                                 (batch, old_logp, advantages, tis, ref_logp), s)
+    return actor, actor_opt, {k if k.startswith("actor/") else f"actor/{k}": v
+                              for k, v in m.items()}
+
+
+def actor_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch, advantages):
+    """The actor's half of `ppo_step` given the advantages: its pre-update forward and its
+    update (TIS and KL off). A PPO step runs the critic's half (`critic_step`'s work) in
+    between; the ahead-of-time checks (t1jax/aot.py) compile the two halves apart, so each
+    program stays small enough to compile on a laptop-sized host."""
+    old_logp, _ = per_minibatch(functools.partial(_pre_update, actor_def, s), state.actor,
+                                batch, s.minibatches)
+    actor, actor_opt, m = actor_update(actor_def, actor_tx, s, state.actor, state.actor_opt,
+                                       batch, jax.lax.stop_gradient(old_logp), advantages)
+    return dataclasses.replace(state, step=state.step + 1, actor=actor, actor_opt=actor_opt), m
+
+
 def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: TrainState,
              batch: Batch):
     mask = batch.loss_mask
     # 1. the actor before the update: the log-probs PPO's ratio and the mismatch metrics use
-    def pre_update(params, b):
-        out, stats = _actor_forward(actor_def, params, b, s.r3, s, s.temperature)
-        return stats["logp"], out.free_routes
-
+    pre_update = functools.partial(_pre_update, actor_def, s)
     train_logp, free_routes = per_minibatch(pre_update, state.actor, batch, s.minibatches)
     train_logp = jax.lax.stop_gradient(train_logp)
     metrics = metrics_lib.mismatch(train_logp, batch.rollout_logprobs, mask,
@@ -365,28 +407,10 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
         metrics["actor/tis_capped_frac"] = ppo.masked_mean(
             (jnp.exp(train_logp - batch.rollout_logprobs) > s.tis_cap).astype(jnp.float32), mask)
     # 4. the actor
-    def actor_loss(params, batch, old_logp, advantages, tis, ref_logp):
-        out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
-                                    entropy=s.entropy_coef > 0)
-        logp = stats["logp"]
-        loss, clip_frac, approx_kl = ppo.policy_loss(logp, old_logp, advantages,
-                                                     batch.loss_mask, s.clip_eps, tis)
-        aux = {"actor/pg_loss": loss, "actor/clip_frac": clip_frac, "actor/approx_kl": approx_kl,
-               "actor/load_balancing": out.aux_loss}
-        if s.kl_loss_coef > 0:
-            kl = ppo.masked_mean(ppo.k3_kl(ref_logp, logp), batch.loss_mask)
-            loss, aux["actor/kl_loss"] = loss + s.kl_loss_coef * kl, kl
-        if s.entropy_coef > 0:
-            ent = ppo.masked_mean(stats["entropy"], batch.loss_mask)
-            loss, aux["actor/entropy"] = loss - s.entropy_coef * ent, ent
-        if s.load_balancing_coef > 0:
-            loss = loss + s.load_balancing_coef * out.aux_loss
-        return loss, aux
-
-    actor, actor_opt, actor_metrics = _train(actor_loss, state.actor, state.actor_opt, actor_tx,
-                                             (batch, old_logp, advantages, tis, ref_logp), s)
-    metrics.update({k if k.startswith("actor/") else f"actor/{k}": v
-                    for k, v in actor_metrics.items()})
+    actor, actor_opt, actor_metrics = actor_update(actor_def, actor_tx, s, state.actor,
+                                                   state.actor_opt, batch, old_logp, advantages,
+                                                   tis, ref_logp)
+    metrics.update(actor_metrics)
     new_state = dataclasses.replace(state, step=state.step + 1, actor=actor, critic=critic,
                                     actor_opt=actor_opt, critic_opt=critic_opt)
     return new_state, metrics
