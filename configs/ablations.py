@@ -9,7 +9,12 @@ Variants (the argument after the colon):
   binary_reward  PPO optimises the solved/unsolved outcome instead of T1's dense reward
                  (rl.reward=binary); every other axis matched (pool, SFT actor, critic, seeds)
   cold_critic    no Critic Warm-Up: PPO starts from a critic whose backbone is the SFT actor and
-                 whose value head is fresh (warmup.steps=0)
+                 whose value head is fresh (warmup.steps=0); the head starts at zero, so
+                 its values start at 0 everywhere
+  cold_critic_random_head
+                 cold_critic with the head PyTorch's nn.Linear starts with (U(+-1/sqrt(d)),
+                 rl.value_head_init=uniform): per-token noise on the returns' scale, the cold
+                 start the T1 report describes
   one_step_off   rollouts of step t+1 run during training of step t (T1's pipeline); the
                  default tiny run is synchronous
   sync           the synchronous schedule, spelled out (the tiny_cpu default)
@@ -36,6 +41,8 @@ VARIANTS = {
     "no_r3": lambda c: setattr(c.rl, "r3", False),
     "binary_reward": lambda c: setattr(c.rl, "reward", "binary"),
     "cold_critic": lambda c: setattr(c.warmup, "steps", 0),
+    "cold_critic_random_head": lambda c: (setattr(c.warmup, "steps", 0),
+                                          setattr(c.rl, "value_head_init", "uniform")),
     "one_step_off": lambda c: setattr(c, "schedule", "one_step_off"),
     "sync": lambda c: setattr(c, "schedule", "sync"),
     "no_tito": lambda c: (setattr(c.rollouts, "tito", False), setattr(c.rl, "overlong", "drop")),

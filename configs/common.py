@@ -49,4 +49,17 @@ def rl_config() -> ml_collections.ConfigDict:
     rl.overlong = "error"  # error | drop (counted) -- never truncated
     rl.reward = "dense"  # dense (T1: passed assertions / the pool's fixed scale) | binary (solved)
     rl.logits_chunk = 4096  # longer rows reduce over the vocab in chunks: no full logits
+    rl.value_head_init = "zeros"  # zeros (a fresh critic predicts 0) | uniform (nn.Linear's)
     return rl
+
+
+def context_config(rollouts: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Context management for episodes longer than one context window
+    (t1jax/rollout/context.py); "none" keeps one chunk as long as the trial (rl.max_length)."""
+    rollouts.compaction = "none"  # none | stop | elide | summary
+    rollouts.context_tokens = 0  # tokens per chunk (0: the model's positions, the engine's cache)
+    rollouts.compaction_reserve = 0  # free tokens a turn needs (0: max_new_tokens)
+    rollouts.keep_observations = 1  # elide: the newest tool outputs kept whole
+    rollouts.replay_fraction = 0.5  # elide: replayed turns' share of the room after the prompt
+    rollouts.summary_tokens = 128  # summary: the summary reply's token budget
+    return rollouts

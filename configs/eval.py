@@ -15,7 +15,7 @@ samples/*.npz to the workdir.
 
 import ml_collections
 
-from configs.common import sandbox_config
+from configs.common import context_config, sandbox_config
 from configs.model import tiny
 
 
@@ -49,7 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.top_p = 1.0
     config.max_new_tokens = 256  # per turn
     config.max_turns = 50
-    config.max_tokens = 2048  # context budget of a trial (a terminus chunk)
+    config.max_tokens = 2048  # token budget of a trial (every chunk; a terminus chunk)
+    context_config(config)  # compaction (tools harness): chunks of context_tokens each
     config.timeout_s = 0.0  # per trial wall clock; 0 = the task's [agent] timeout_sec
     config.system_prompt = ""  # "" = the harness's own
 

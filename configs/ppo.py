@@ -17,7 +17,7 @@ Replay recorded rollouts (no sandboxes): --config.rollouts.source=recorded
 
 import ml_collections
 
-from configs.common import rl_config, sandbox_config
+from configs.common import context_config, rl_config, sandbox_config
 from configs.model import tiny
 
 
@@ -50,6 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.max_turns = 8
     config.rollouts.max_new_tokens = 96  # per turn
     config.rollouts.tito = True  # False: re-render and re-encode text every turn (an ablation)
+    context_config(config.rollouts)
     config.rollouts.engine = "embedded"  # embedded (in-process JAX) | fleet (HTTP servers)
     config.rollouts.engine_batch = 8  # sequences the embedded engine decodes together
     config.rollouts.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)

@@ -13,7 +13,7 @@ About 45 minutes on 2 cores (README has the phase times and the held-out table o
 
 import ml_collections
 
-from configs.common import rl_config, sandbox_config
+from configs.common import context_config, rl_config, sandbox_config
 from configs.model import tiny
 
 
@@ -59,6 +59,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.max_turns = 3
     config.rollouts.max_new_tokens = 48
     config.rollouts.tito = True  # False: the text round-trip of configs/ablations.py:no_tito
+    context_config(config.rollouts)
 
     config.sft = ml_collections.ConfigDict()
     config.sft.steps = 600  # 300 steps: 0/20 held-out, 600: 8/20 greedy (docs/probes.md run e)

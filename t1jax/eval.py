@@ -74,8 +74,8 @@ def failure_mode(finish: str, report, error: str | None = None) -> str:
         return "resolved"
     if report.error and not report.assertions:
         return "verifier_error"
-    return {"timeout": "agent_timeout", "turns": "turn_limit",
-            "tokens": "context_exhausted"}.get(finish, "unresolved")
+    return {"timeout": "agent_timeout", "turns": "turn_limit", "tokens": "context_exhausted",
+            "context": "context_exhausted"}.get(finish, "unresolved")
 
 
 def goal_fraction(report) -> float:
@@ -137,6 +137,8 @@ def summarize(rows: list[dict], *, label: str = "", harness: str = "",
         "tool_calls_mean": _mean(r["tool_calls"] for r in done),
         "tokens_mean": _mean(r["tokens"] for r in done),
         "sampled_tokens_mean": _mean(r["sampled_tokens"] for r in done),
+        "chunks_mean": _mean(r.get("chunks", 1) for r in done),
+        "compactions_mean": _mean(r.get("compactions", 0) for r in done),
         "failure_modes": {m: modes.get(m, 0) for m in FAILURE_MODES if m != "skipped"},
         "skipped": [{"task_id": t, "reason": why} for t, why in sorted(skipped.items())],
         "duration_s": round(float(duration_s), 3),
@@ -259,7 +261,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
              max_observation_bytes: int | None = None, system_prompt: str | None = None,
              verifier_mode: str = "script", allow_network: bool = False,
              internet_tasks: str = "skip", run_id: str | None = None,
-             images: dict | None = None, save_samples: bool = True,
+             images: dict | None = None, save_samples: bool = True, context=None,
              progress: Callable[[str, str], Any] | None = None) -> dict:
     """Run `attempts` trials of every task (fresh sandbox each), verify, write trials.jsonl,
     summary.json, summary.md and samples/*.npz to out_dir; return the summary.
@@ -302,6 +304,10 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         command_timeout_s=float(command_timeout_s or limits.default_timeout_s or 180.0),
         max_observation_bytes=int(max_observation_bytes or limits.max_output_bytes or 10_000),
         system_prompt=system_prompt or SYSTEM_PROMPTS[harness])
+    if context is not None:  # a t1jax.rollout.context.ContextPolicy (tools harness)
+        if harness != "tools":
+            raise ValueError(f"context compaction runs in the tools harness, not {harness!r}")
+        episode_kwargs["context"] = context
 
     skipped: dict[str, str] = {}
     for task in tasks:  # builds are CPU-bound: one at a time
@@ -354,6 +360,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
                        sampled_tokens=int(sum(r.sampled for r in traj.records)),
                        finish=traj.finish, segments=segments(traj.tokens, traj.loss_mask,
                                                              tokenizer),
+                       chunks=len(getattr(traj, "chunk_starts", [0])),
+                       compactions=int(getattr(traj, "compactions", 0)),
                        commands=_commands(traj, box.results))
         if report is not None:
             row.update(resolved=bool(report.solved and not report.tampered),

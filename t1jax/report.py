@@ -41,7 +41,8 @@ CURVE_KEYS = {
     "ppo": ("reward/mean", "reward/resolved", "critic/explained_variance", "critic/value_loss",
             "mismatch/logprob_gap", "mismatch/logprob_gap_max", "mismatch/k3_kl",
             "mismatch/routing_disagreement", "actor/clip_frac", "actor/approx_kl", "turns/mean",
-            "turns/max", "length/mean", "length/max", "perf/tokens_per_s"),
+            "turns/max", "length/mean", "length/max", "chunks/mean", "chunks/compactions",
+            "perf/tokens_per_s"),
 }
 
 
@@ -249,11 +250,13 @@ def write_plots(run: dict, plots_dir: Path) -> dict[str, Path]:
         "routing_disagreement": ("R3: routing disagreement (train vs rollout experts)", [
             ("PPO step", "fraction of (token, layer) pairs",
              [("disagreement", *S(ppo, "mismatch/routing_disagreement"))])]),
-        "turns_length": ("PPO rollouts: turns and sequence length", [
+        "turns_length": ("PPO rollouts: turns, sequence length and context chunks", [
             ("PPO step", "turns per trial", [("mean", *S(ppo, "turns/mean")),
                                              ("max", *S(ppo, "turns/max"))]),
             ("PPO step", "tokens per trial", [("mean", *S(ppo, "length/mean")),
-                                              ("max", *S(ppo, "length/max"))])]),
+                                              ("max", *S(ppo, "length/max"))]),
+            ("PPO step", "chunks per trial (1 = no compaction)",
+             [("mean", *S(ppo, "chunks/mean")), ("max", *S(ppo, "chunks/max"))])]),
         "sft_loss": ("SFT loss", [
             ("SFT step", "NLL per trained token", [("sft/nll", *S(sft, "sft/nll"))]),
             ("SFT step", "token accuracy",
@@ -290,7 +293,7 @@ PLOT_TITLES = {
     "eval": "Evaluation per checkpoint", "eval_progress": "Periodic evaluation during PPO",
     "ppo_reward": "PPO reward", "explained_variance": "Critic explained variance",
     "logprob_gap": "Log-prob gap", "routing_disagreement": "Routing disagreement",
-    "turns_length": "Turns and sequence length", "sft_loss": "SFT loss",
+    "turns_length": "Turns, sequence length and context chunks", "sft_loss": "SFT loss",
 }
 
 
@@ -316,7 +319,7 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
     out += ["## Evaluation", ""]
     if evals:
         out += ["| label | resolved rate | avg dense reward | goal progress | pass@k | turns | "
-                "tokens | trials |", "|---|---|---|---|---|---|---|---|"]
+                "tokens | chunks | trials |", "|---|---|---|---|---|---|---|---|---|"]
         for label, data in evals.items():
             s = data["summary"]
             note = " (from trials.jsonl)" if s.get("_from_trials") else ""
@@ -324,7 +327,7 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
                        f"{_fmt(s.get('avg_reward'))} | {_fmt(s.get('goal_progress'), 'pct')} | "
                        f"{_pass_at_k(s)} | "
                        f"{_fmt(s.get('turns_mean'))} | {_fmt(s.get('tokens_mean'), 'int')} | "
-                       f"{_fmt(s.get('trials'), 'int')} |")
+                       f"{_fmt(s.get('chunks_mean', 1.0))} | {_fmt(s.get('trials'), 'int')} |")
         out.append("")
         for group, title in (("by_category", "Per category"), ("by_difficulty", "Per difficulty")):
             keys = sorted({k for d in evals.values() for k in (d["summary"].get(group) or {})})

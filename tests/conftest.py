@@ -54,3 +54,25 @@ def tiny_causal_lm(family: str = "qwen3_moe"):
 def any_model(request):
     """A tiny CausalLM of each family."""
     return tiny_causal_lm(request.param)
+
+
+TOY_RECIPE = ["--config.pool.families=write,mkdir", "--config.pool.train_per_family=3",
+              "--config.pool.heldout_per_family=2", "--config.sft.steps=3",
+              "--config.warmup.steps=1", "--config.ppo.steps=1", "--config.eval.attempts=1",
+              "--config.rollouts.batch_size=2"]
+
+
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory, docker_backend):
+    """A finished main-job workdir at toy size (every phase, report included; ~3 minutes):
+    what the notebooks read in their tests."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    workdir = tmp_path_factory.mktemp("toy_run")
+    proc = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "--config",
+                           str(root / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
+                           *TOY_RECIPE], cwd=root, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return workdir

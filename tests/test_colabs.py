@@ -11,6 +11,7 @@ float32 rollout against float32 training differs only by rounding.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -97,3 +98,105 @@ def test_r3_tito_mismatch_notebook(docker_backend):
     assert "Deterministic (float32 rollout, TITO + R3)" in findings
     plot = next(c for c in nb.cells if c.get("id") == "plot")
     assert any("image/png" in o.get("data", {}) for o in plot.outputs)
+
+
+def toy_flags():
+    """Arms on the `toy_run` fixture: its SFT length (so its SFT actor is reused), 2 trials per
+    PPO step, 1 held-out attempt per task (PPO steps come from PPO_STEPS)."""
+    return ["--config.sft.steps=3", "--config.rollouts.batch_size=2", "--config.eval.attempts=1"]
+
+
+def arm_configs(out, *names) -> list[dict]:
+    """Each arm's config.json without what differs between any two arms by construction."""
+    configs = []
+    for name in names:
+        config = json.loads((out / name / "config.json").read_text())
+        config.pop("ablation")
+        configs.append(config)
+    return configs
+
+
+def whitespace_table(text: str, first_header: str) -> list[dict]:
+    """A table printed as whitespace-separated columns whose header starts with `first_header`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first_header + " "))
+    header = lines[start].split()
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(header, line.split(), strict=True)))
+    return rows
+
+
+@pytest.mark.slow
+def test_critic_warmup_notebook(toy_run, tmp_path):
+    from t1jax import ablation
+    nb = execute("critic_warmup.ipynb", BASE_RUN=str(toy_run), OUT=str(tmp_path), PPO_STEPS=2,
+                 WARMUP_STEPS=[1], SEEDS=[0], SANDBOX="docker", OVERRIDES=toy_flags())
+    text = printed(nb, "run")
+    assert "base run" in text and "reused" in text  # the toy run was finished: not rebuilt
+    rows = {r["arm"]: r for r in whitespace_table(text, "arm")}
+    assert set(rows) == {"warm_1", "cold", "cold_random"}
+    for arm in rows:
+        logged = ablation.stage_metrics(tmp_path / f"{arm}_s0")
+        assert [r["step"] for r in logged] == [1, 2]
+        ev = [r["critic/explained_variance"] for r in logged]  # NaN: constant returns
+        assert float(rows[arm]["ev_first"]) == pytest.approx(ev[0], abs=1e-3, nan_ok=True)
+        assert int(rows[arm]["steps_ev_negative"]) == sum(e < 0 for e in ev)
+        assert all(math.isnan(e) or e <= 1 for e in ev)
+        assert all(math.isfinite(r["critic/value_loss"]) for r in logged)
+    # the warm arm reuses the base run's 1-step warm-up (same config block); cold arms have none
+    assert (tmp_path / "warm_1_s0" / "warmup").resolve() == (toy_run / "warmup").resolve()
+    assert not (tmp_path / "cold_s0" / "warmup").exists()
+    # the arms differ in the critic they start from and in nothing else
+    warm, cold, rand = arm_configs(tmp_path, "warm_1_s0", "cold_s0", "cold_random_s0")
+    assert (warm["warmup"].pop("steps"), cold["warmup"].pop("steps"),
+            rand["warmup"].pop("steps")) == (1, 0, 0)
+    assert (cold["rl"]["value_head_init"], rand["rl"].pop("value_head_init")) == ("zeros",
+                                                                                 "uniform")
+    cold["rl"].pop("value_head_init")
+    warm["rl"].pop("value_head_init")
+    assert warm == cold == rand
+    first = {arm: ablation.stage_metrics(tmp_path / f"{arm}_s0")[0] for arm in rows}
+    # a zero head predicts 0 everywhere at step 1; a uniform one does not
+    assert first["cold"]["critic/values_mean"] == 0.0
+    assert first["cold_random"]["critic/values_mean"] != 0.0
+    # a finished arm is read back, not re-run
+    assert ablation.run_arm(tmp_path / "cold_s0", "ablations.py:cold_critic", toy_run,
+                            ppo_steps=2, overrides=["--config.sandbox.backend=docker",
+                                                    *toy_flags()]) == 0.0
+
+
+@pytest.mark.slow
+def test_dense_vs_binary_notebook(toy_run, tmp_path):
+    from t1jax import ablation
+    nb = execute("dense_vs_binary.ipynb", BASE_RUN=str(toy_run), OUT=str(tmp_path), PPO_STEPS=2,
+                 SEEDS=[0], SANDBOX="docker",
+                 OVERRIDES=[*toy_flags(), "--config.warmup.steps=1"])  # reuse its warm-up
+    text = printed(nb, "run")
+    dense, binary = (tmp_path / f"{arm}_s0" for arm in ("dense", "binary"))
+    # matched on every other axis: the configs differ in the reward alone
+    d, b = arm_configs(tmp_path, "dense_s0", "binary_s0")
+    assert (d["rl"].pop("reward"), b["rl"].pop("reward")) == ("dense", "binary")
+    assert d == b
+    for arm in (dense, binary):
+        for name in ("sft", "warmup", "eval/sft", "pool"):
+            assert (arm / name).resolve() == (toy_run / name).resolve(), name
+    # binary trains on the outcome, dense on the dense reward; both log the dense reward
+    for row in ablation.stage_metrics(binary):
+        assert row["reward/trained_mean"] == pytest.approx(row["reward/resolved"])
+    for row in ablation.stage_metrics(dense):
+        assert row["reward/trained_mean"] == pytest.approx(row["reward/mean"])
+    # the printed held-out rates and paired differences are those of the arms' trial records
+    for arm, workdir in (("dense", dense), ("binary", binary)):
+        line = next(line for line in text.splitlines() if line.startswith(f"{arm}, seed 0"))
+        summary = ablation.heldout_summary(workdir)
+        assert float(line.split()[3]) == pytest.approx(summary["resolved_rate"], abs=1e-3)
+        assert summary["trials"] == len(ablation.heldout_trials(workdir)) > 0
+    want, _, n = ablation.paired_by_task(ablation.heldout_trials(dense),
+                                         ablation.heldout_trials(binary), "resolved")
+    got = re.search(r"seed 0  resolved\s+([+-][\d.]+) \+- ([\d.]+)\s+\((\d+) tasks\)", text)
+    assert got and float(got[1]) == pytest.approx(want, abs=1e-3) and int(got[3]) == n
+    assert n == json.loads((toy_run / "pool" / "DONE").read_text())["heldout"]
+    assert "paired difference" in printed(nb, "findings")

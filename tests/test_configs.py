@@ -2,6 +2,7 @@
 a known mode, and locks (a misspelt --config.flag fails instead of being ignored)."""
 
 import importlib
+import json
 from pathlib import Path
 
 import ml_collections
@@ -16,7 +17,7 @@ JOB_CONFIGS = {
     "qwen3_30b_a3b": [None, "sft", "critic_warmup"],
     "qwen3_235b_a22b": [None, "sft", "critic_warmup"],
     "t1_qwen35_122b": [None, "sft", "critic_warmup"],
-    "ablations": ["no_r3", "binary_reward", "cold_critic", "one_step_off", "sync", "no_tito"],
+    "ablations": ["no_r3", "binary_reward", "cold_critic", "cold_critic_random_head", "one_step_off", "sync", "no_tito"],
 }
 
 
@@ -67,7 +68,10 @@ def test_ablations_change_one_axis_each():
     for variant in JOB_CONFIGS["ablations"]:
         config = module.get_config(variant)
         Settings.from_config(config.rl)  # the rl block validates
-        diff = {k for k in main if k != "ablation" and config.to_dict()[k] != main[k]}
+        # the random-head cold critic is one axis away from the zero-head one
+        ref = (module.get_config("cold_critic").to_dict()
+               if variant == "cold_critic_random_head" else main)
+        diff = {k for k in ref if k != "ablation" and config.to_dict()[k] != ref[k]}
         if variant == "no_tito":  # its one consequence: re-encoded trials may be overlong
             rl = {k for k, v in config.rl.to_dict().items() if v != main["rl"][k]}
             assert rl == {"overlong"} and config.rl.overlong == "drop"
@@ -96,6 +100,17 @@ def test_reuse_links_finished_phases_only(tmp_path):
     assert (dst / "sft").resolve() == src / "sft" and (dst / "tokenizer.json").read_text() == "{}"
     assert not (dst / "oracle").exists() and not (dst / "warmup").exists()
     assert link_reused(src, dst) == ["warmup"]  # idempotent; nothing linked twice
+
+    # with this run's config, a trained phase is linked only if its config block matches
+    (src / "config.json").write_text(json.dumps({"sft": {"steps": 600}, "warmup": {"steps": 4}}))
+    other = tmp_path / "longer_warmup"
+    other.mkdir()
+    linked = link_reused(src, other, config={"sft": {"steps": 600}, "warmup": {"steps": 16}})
+    assert "sft" in linked and "warmup" not in linked and not (other / "warmup").exists()
+    same = tmp_path / "same"
+    same.mkdir()
+    assert "warmup" in link_reused(src, same, config={"sft": {"steps": 600},
+                                                      "warmup": {"steps": 4}})
 
 
 def test_t1_setting_is_the_report_model_on_a_64_gpu_mesh():

@@ -139,8 +139,8 @@ def test_plots_are_pngs(built):
 def test_summary_has_the_numbers(built):
     _, out = built
     text = (out / "summary.md").read_text()
-    assert "| base | 0.0% | 0.5 | 25.0% | @1 0.0% | 2 | 812 | 2 |" in text
-    assert "| ppo | 50.0% | 2 | 75.0% | @1 50.0% | 2 | 812 | 2 |" in text
+    assert "| base | 0.0% | 0.5 | 25.0% | @1 0.0% | 2 | 812 | 1 | 2 |" in text
+    assert "| ppo | 50.0% | 2 | 75.0% | @1 50.0% | 2 | 812 | 1 | 2 |" in text
     assert "| data | 0.0% / 1 / 1 | 100.0% / 3 / 1 |" in text  # per category, base | ppo
     assert "| wrong_output | 1 | 1 |" in text and "| gave_up | 1 | 0 |" in text
     assert "| reward/mean | 1 | 3 | 1 | 3 |" in text  # first, last, min, max

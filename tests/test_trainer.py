@@ -476,3 +476,22 @@ def test_chunked_logits_step_equals_full_logits_step(first_step):
                                    err_msg=str(path))
     sft = chunked.sft_step(make_samples(6, lengths=[30, 40, 25, 50]))
     assert np.isfinite(sft["sft/nll"]) and 0.0 <= sft["sft/token_accuracy"] <= 1.0
+
+
+def test_value_head_init_zeros_by_default_and_uniform_like_torch_linear_on_request():
+    mesh = sharding.make_mesh(data=2, fsdp=2, expert=2)
+    zeros = Trainer(CFG, SETTINGS, mesh, seed=0).state.critic
+    assert not np.any(np.asarray(zeros["value_head"].get_value()))
+    assert float(zeros["value_bias"].get_value()) == 0.0
+    uniform = Trainer(CFG, dataclasses.replace(SETTINGS, value_head_init="uniform"), mesh,
+                      seed=0).state.critic
+    head = uniform["value_head"].get_value()
+    bound = 1 / np.sqrt(CFG.hidden_size)
+    values = np.append(np.asarray(head), float(uniform["value_bias"].get_value()))
+    assert np.all(np.abs(values) <= bound) and np.std(values) > bound / 3
+    assert head.sharding == zeros["value_head"].get_value().sharding  # placed like the zeros
+    backbone = flat(zeros["model"])
+    assert len(backbone) > 10 and all(np.array_equal(v, backbone[k])  # backbone untouched
+                                      for k, v in flat(uniform["model"]).items())
+    with pytest.raises(ValueError, match="value_head_init"):
+        Settings.from_config({"value_head_init": "normal"})

@@ -96,6 +96,16 @@ def run(config, workdir: Path) -> int:
 
     tok = load_or_train(config.tokenizer or str(Path.home() / ".cache" / "t1jax" /
                                                  "tokenizer-512.json"))
+    from t1jax.model.config import model_config_from
+    from t1jax.rollout import context as ctx
+    try:
+        context = ctx.from_config(config, model_config_from(config.model).max_position_embeddings,
+                                  config.max_tokens)
+    except ValueError as err:
+        raise UsageError(f"config: {err}") from err
+    if context is not None and config.harness != "tools":
+        raise UsageError(f"config.compaction={config.compaction!r} needs config.harness='tools'")
+    engine_len = context.budget if context is not None else config.max_tokens  # one chunk
     if config.engine == "embedded":
         from t1jax.rollout.batching import embedded_engine
         model, default_label = load_policy(config)
@@ -103,11 +113,11 @@ def run(config, workdir: Path) -> int:
             raise UsageError(f"the tokenizer has {tok.get_vocab_size()} ids but the model's "
                              f"vocab_size is {model.model.cfg.vocab_size}")
         engine = embedded_engine(model, max_batch=config.engine_batch,
-                                 max_len=config.max_tokens, weight_version=default_label)
+                                 max_len=engine_len, weight_version=default_label)
     else:
         from t1jax.jobs.train import FleetEngine
         from t1jax.rollout.sglang import FleetClient
-        engine = FleetEngine(FleetClient(config.fleet_urls.split(",")), config.max_tokens)
+        engine = FleetEngine(FleetClient(config.fleet_urls.split(",")), engine_len)
         default_label = "fleet"
     label = config.label or default_label
 
@@ -146,7 +156,8 @@ def run(config, workdir: Path) -> int:
                 max_observation_bytes=config.sandbox.max_output_bytes,
                 system_prompt=config.system_prompt or None, verifier_mode=config.verifier.mode,
                 allow_network=config.sandbox.allow_network,
-                internet_tasks=config.internet_tasks, run_id=run_id, progress=tick)
+                internet_tasks=config.internet_tasks, run_id=run_id, context=context,
+                progress=tick)
         finally:
             backend.reap(run_id)  # whatever an interrupt left running
         # skipped tasks never get a trial: fill the bar so it ends complete

@@ -25,17 +25,31 @@ def _done(path: Path) -> bool:
 
 
 REUSABLE = ("pool", "tokenizer.json", "oracle", "sft", "warmup", "eval/base", "eval/sft")
+# The config block each trained phase is made from: a phase is reused only when the source
+# run's block equals this run's (a 16-step warm-up is never stood in for by a 4-step one).
+PHASE_BLOCKS = {"sft": "sft", "warmup": "warmup"}
 
 
-def link_reused(source: Path, workdir: Path, *, warmup: bool = True) -> list[str]:
+def link_reused(source: Path, workdir: Path, *, warmup: bool = True,
+                config: dict | None = None) -> list[str]:
     """Symlink the phases an ablation does not change from a finished run's workdir (absent
-    ones are left to run). Only finished phases are linked; returns what was linked."""
+    ones are left to run). Only finished phases are linked, and with `config` (this run's, as a
+    dict) only those whose PHASE_BLOCKS block matches the source's config.json; a phase that
+    is not linked runs here. Returns what was linked."""
     source = source.resolve()
     if not (source / "pool" / "DONE").is_file():
         raise UsageError(f"config.reuse={source}: not a recipe workdir with a finished pool phase")
+    theirs = None
+    if config is not None and (source / "config.json").is_file():
+        theirs = json.loads((source / "config.json").read_text())
     linked = []
     for name in REUSABLE:
         if name == "warmup" and not warmup:
+            continue
+        block = PHASE_BLOCKS.get(name)
+        if block and config is not None and (theirs is None or
+                                             theirs.get(block) != config.get(block)):
+            logging.info("not reusing %s: its config.%s differs from %s's", name, block, source)
             continue
         src, dst = source / name, workdir / name
         finished = src.is_file() or _done(src) or (src / "summary.json").is_file()
@@ -254,6 +268,7 @@ class Recipe:
     def evaluate(self, label: str, policy) -> dict:
         """Held-out evaluation of `policy` (a CausalLM), k attempts per task."""
         from t1jax.eval import evaluate
+        from t1jax.rollout import context
         from t1jax.rollout.batching import embedded_engine
         from t1jax.rollout.engine import SamplingParams
         out = self.workdir / "eval" / label
@@ -269,7 +284,9 @@ class Recipe:
                                                 max_new_tokens=c.rollouts.max_new_tokens),
                         concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
                         max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
-                        images=self.images,
+                        images=self.images, context=context.from_config(
+                            c.rollouts, policy.model.cfg.max_position_embeddings,
+                            c.rl.max_length),
                         progress=self.count_bar(f"eval {label}: trials",
                                                 len(heldout) * c.eval.attempts, ("trial",)))
 
@@ -304,7 +321,8 @@ def run(config, workdir: Path) -> int:
     recipe = Recipe(config, workdir)
     if config.reuse:
         workdir.mkdir(parents=True, exist_ok=True)
-        linked = link_reused(Path(config.reuse), workdir, warmup=config.warmup.steps > 0)
+        linked = link_reused(Path(config.reuse), workdir, warmup=config.warmup.steps > 0,
+                             config=json.loads(config.to_json_best_effort()))
         logging.info("reusing %s from %s", ", ".join(linked) or "nothing", config.reuse)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))

@@ -92,6 +92,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
                 system_prompt: str | None = None):
     """Rollouts of `tasks` by the trainer's policy (config.rollouts, config.sandbox, config.rl)."""
     from t1jax.rl.loop import LiveRollouts
+    from t1jax.rollout import context
     from t1jax.rollout.batching import embedded_engine
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
@@ -121,6 +122,8 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,
                           tito=r.tito,
+                          context=context.from_config(r, trainer.cfg.max_position_embeddings,
+                                                      config.rl.max_length),
                           **({} if system_prompt is None else {"system_prompt": system_prompt}))
     scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,

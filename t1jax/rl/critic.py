@@ -7,6 +7,7 @@ the warmed-up critic is the one PPO continues with.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from t1jax.rl import ppo
@@ -37,5 +38,25 @@ def warm_start_from_actor(critic_params, actor_params):
         source = flat_actor.get(path)
         if source is not None and path[0] == "model":
             var = var.replace(jax.numpy.asarray(source.get_value(), var.get_value().dtype))
+        flat.append((path, var))
+    return nnx.from_flat_state(flat)
+
+
+VALUE_HEAD_INITS = ("zeros", "uniform")
+
+
+def uniform_value_head(critic_params, key):
+    """The value head PyTorch's nn.Linear(hidden, 1) starts with, U(+-1/sqrt(hidden)) for weight
+    and bias (a value head built that way, e.g. TRL's): per-token values as spread as the returns.
+    ValueModel's own head starts at zero; this is the cold critic the T1 report describes, for
+    ablations (rl.value_head_init='uniform')."""
+    flat = []
+    for path, var in nnx.to_flat_state(critic_params):
+        if path[0] in ("value_head", "value_bias"):
+            key, sub = jax.random.split(key)
+            old = var.get_value()
+            bound = 1.0 / (critic_params["value_head"].get_value().shape[0] ** 0.5)
+            new = jax.random.uniform(sub, old.shape, old.dtype, -bound, bound)
+            var = var.replace(jax.device_put(new, old.sharding))
         flat.append((path, var))
     return nnx.from_flat_state(flat)

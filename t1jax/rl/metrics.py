@@ -34,6 +34,9 @@ def sample_stats(samples) -> dict:
     sampled = np.array([int(s.loss_mask.sum()) for s in samples])
     turns = np.array([s.metadata.get("turns", 0) or 0 for s in samples])
     chunks = np.array([len(s.chunk_starts) for s in samples])
+    compactions = np.array([s.metadata.get("compactions", 0) or 0 for s in samples])
+    chunk_tokens = np.array([n for s in samples for n in np.diff([*s.chunk_starts,
+                                                                  len(s.tokens)])])
     drift = np.array([s.metadata.get("retokenized_drift", 0) or 0 for s in samples])
     resolved = [bool((s.metadata.get("verifier") or {}).get("solved", False))
                 for s in samples]
@@ -43,5 +46,7 @@ def sample_stats(samples) -> dict:
         "trials": len(samples), "turns/mean": turns.mean(), "turns/max": turns.max(),
         "length/mean": lengths.mean(), "length/max": lengths.max(),
         "length/sampled_tokens": sampled.mean(), "chunks/mean": chunks.mean(),
+        "chunks/max": chunks.max(), "chunks/compactions": compactions.mean(),
+        "chunks/tokens_mean": chunk_tokens.mean(), "chunks/tokens_max": chunk_tokens.max(),
         "rollout/retokenized_drift": drift.mean(),
     }

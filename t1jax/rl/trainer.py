@@ -64,6 +64,7 @@ class Settings:
     # rows longer than this reduce over the vocabulary in chunks of this many tokens instead of
     # materialising [rows, length, vocab] float32 logits (t1jax.rl.token_stats)
     logits_chunk: int = 4096
+    value_head_init: str = "zeros"  # zeros | uniform (t1jax.rl.critic.VALUE_HEAD_INITS)
 
     @classmethod
     def from_config(cls, rl) -> "Settings":
@@ -78,6 +79,9 @@ class Settings:
                              f"{settings.old_logprobs!r}")
         if settings.reward not in REWARDS:
             raise ValueError(f"rl.reward must be one of {REWARDS}, got {settings.reward!r}")
+        if settings.value_head_init not in critic_lib.VALUE_HEAD_INITS:
+            raise ValueError(f"rl.value_head_init must be one of {critic_lib.VALUE_HEAD_INITS}, "
+                             f"got {settings.value_head_init!r}")
         if settings.minibatches < 1 or settings.epochs < 1:
             raise ValueError("rl.minibatches and rl.epochs must be >= 1")
         return settings
@@ -194,6 +198,8 @@ class Trainer:
         self.actor_def, actor_params = nnx.split(actor, nnx.Param)
         self.critic_def, critic_params = nnx.split(critic, nnx.Param)
         critic_params = critic_lib.warm_start_from_actor(critic_params, actor_params)
+        if self.s.value_head_init == "uniform":
+            critic_params = critic_lib.uniform_value_head(critic_params, jax.random.key(seed + 2))
         self.actor_tx = make_optimizer(self.s.actor_lr if actor_lr is None else actor_lr, self.s)
         self.critic_tx = make_optimizer(self.s.critic_lr, self.s)
         self.state = self._init_state(actor_params, critic_params)

@@ -15,10 +15,11 @@ import time
 import numpy as np
 from tokenizers import Tokenizer
 
+from t1jax.rollout import context as ctx
 from t1jax.rollout.chat import EOT, IM_END, parse_tool_calls, render_prefix
 from t1jax.rollout.engine import FINISH_LENGTH, Engine, GenerateResult, SamplingParams
 from t1jax.rollout.retokenize import TextRoundTrip
-from t1jax.rollout.tito import AuditReport, TrajectoryBuilder, audit
+from t1jax.rollout.tito import AuditReport, TrajectoryBuilder, audit, encode_observation
 
 SYSTEM_PROMPT = (
     "You are an agent that solves tasks in a Linux terminal. You have one tool, `bash`: each "
@@ -26,7 +27,7 @@ SYSTEM_PROMPT = (
     "/app) and returns its output and exit code. Call it as often as you need. When the task is "
     "complete, reply without any tool call."
 )
-FINISHES = ("done", "turns", "tokens", "timeout")
+FINISHES = ("done", "turns", "tokens", "timeout", "context")
 
 
 class RolloutError(RuntimeError):
@@ -48,6 +49,8 @@ class TurnRecord:
     finish_reason: str  # the engine's ("stop" | "length")
     commands: list[CommandRecord]
     errors: list[str]  # malformed tool calls, answered with an error observation
+    summary: bool = False  # the reply to a summary request (context policy "summary")
+    chunk: int = 0  # which chunk of the trial the turn is in
 
 
 @dataclasses.dataclass
@@ -65,6 +68,8 @@ class Trajectory:
     weight_versions: list[str]  # one per generate call
     route_drift: int  # positions whose routes differed when a later call recomputed them
     retokenized_drift: int = 0  # tito=False: loss-region ids that are not the sampled ones
+    chunk_starts: list[int] = dataclasses.field(default_factory=lambda: [0])  # see context.py
+    compactions: int = 0  # context compactions (each starts a chunk)
 
 
 def truncate_middle(text: str, max_bytes: int) -> tuple[str, bool]:
@@ -129,36 +134,87 @@ def _stop_ids(tok: Tokenizer, sampling: SamplingParams) -> tuple[int, ...]:
     return tuple(dict.fromkeys(list(sampling.stop_token_ids) + extra))
 
 
+class _Chunk:
+    """One context window of the trial: its builder, engine prompts and routes."""
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids, tito: bool):
+        self.builder = TrajectoryBuilder(tokenizer) if tito else TextRoundTrip(tokenizer)
+        self.builder.start(prompt_ids)
+        self.prompts: list[list[int]] = []
+        self.routes = _Routes()
+
+    def generate(self, engine: Engine, params: SamplingParams, tito: bool) -> GenerateResult:
+        prompt = self.builder.prompt_for_next_turn()
+        res = engine.generate([prompt], params)[0]
+        self.routes.add(len(prompt), res)
+        self.prompts.append(prompt)
+        if tito:
+            self.builder.add_completion(res.output_ids, res.output_logprobs, res.finish_reason)
+        else:
+            self.builder.add_result(len(prompt), res)
+        return res
+
+    def close(self, index: int) -> "_Chunk":
+        """Audit the chunk (TITO) and fix its routes: what the trial keeps of it."""
+        self.report = audit(self.builder, self.prompts, self.builder.completions)
+        if not self.report.ok:
+            raise RolloutError(f"TITO audit failed in chunk {index}: {self.report.errors[:3]}")
+        self.route_rows = self.routes.final(len(self.builder.tokens))
+        return self
+
+
 def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       sampling: SamplingParams, max_turns: int = 300,
                       max_tokens: int | None = None, timeout_s: float | None = None,
                       command_timeout_s: float = 180.0, max_observation_bytes: int = 10_000,
-                      system_prompt: str = SYSTEM_PROMPT, tito: bool = True) -> Trajectory:
+                      system_prompt: str = SYSTEM_PROMPT, tito: bool = True,
+                      context: ctx.ContextPolicy | None = None) -> Trajectory:
     """Run one episode of `task` in `sandbox` (started by the caller, who also verifies it).
 
-    max_tokens: the whole sequence's budget (default: the engine's max_len). timeout_s: wall
-    clock for the episode (default: the task's [agent] timeout_sec). tito=False: every prompt
-    and the final sample are the conversation re-rendered as text and re-encoded, with sampled
-    log-probs and routes attached by position (the "without TITO" ablation). Raises
-    RolloutError only when the rollout's record is unusable; model mistakes become observations.
+    max_tokens: the whole trial's budget, every chunk together (default: the engine's max_len).
+    context: the per-chunk budget and compaction policy (context.py); None: one chunk of
+    max_tokens. timeout_s: wall clock for the episode (default: the task's [agent]
+    timeout_sec). tito=False: every prompt and the final sample are the conversation
+    re-rendered as text and re-encoded, with sampled log-probs and routes attached by position
+    (the "without TITO" ablation; no compaction). Raises RolloutError only when the rollout's
+    record is unusable; model mistakes become observations.
     """
     max_tokens = int(max_tokens or getattr(engine, "max_len", 32768))
+    if context is not None and not tito:
+        raise ValueError("context compaction needs tito=True (chunks are built from ids)")
     timeout_s = float(timeout_s if timeout_s is not None
                       else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
     deadline = time.monotonic() + timeout_s
     stops = _stop_ids(tokenizer, sampling)
-    builder = TrajectoryBuilder(tokenizer) if tito else TextRoundTrip(tokenizer)
     prefix_text = render_prefix(system_prompt, task.instruction)
     prefix = tokenizer.encode(prefix_text, add_special_tokens=False).ids
-    if len(prefix) >= max_tokens:
+    budget = min(context.budget, max_tokens) if context is not None else max_tokens
+    if len(prefix) >= budget:
         raise RolloutError(f"the prompt ({len(prefix)} tokens) does not fit max_tokens "
-                           f"{max_tokens}")
-    builder.start(prefix if tito else prefix_text)
-    routes, prompts, records, versions = _Routes(), [], [], []
+                           f"{budget}")
+    reserve = (context.reserve or sampling.max_new_tokens) if context is not None else 1
+    chunk = _Chunk(tokenizer, prefix if tito else prefix_text, tito)
+    closed: list[_Chunk] = []  # finished (audited) chunks
+    history: list[ctx.Turn] = []  # turns a new chunk replays (elide)
+    omitted = 0  # turns dropped from the replay so far
+    records, versions = [], []
     finish, n_calls = "turns", 0
-    for _ in range(max_turns):
-        prompt = builder.prompt_for_next_turn()
-        room = max_tokens - len(prompt)
+
+    def spent() -> int:  # tokens of the finished chunks
+        return sum(len(c.builder.tokens) for c in closed)
+
+    def new_chunk(prompt_ids) -> bool:
+        """Close the current chunk and start the next from prompt_ids, if the trial has room."""
+        nonlocal chunk
+        if spent() + len(chunk.builder.tokens) + len(prompt_ids) + reserve > max_tokens:
+            return False
+        closed.append(chunk.close(len(closed)))
+        chunk = _Chunk(tokenizer, prompt_ids, tito)
+        return True
+
+    for turn in range(max_turns):
+        prompt_len = len(chunk.builder.prompt_for_next_turn())
+        room = min(budget - prompt_len, max_tokens - spent() - prompt_len)
         if room < 1:
             finish = "tokens"
             break
@@ -167,21 +223,17 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             break
         params = dataclasses.replace(sampling, stop_token_ids=stops,
                                      max_new_tokens=min(sampling.max_new_tokens, room))
-        res = engine.generate([prompt], params)[0]
-        routes.add(len(prompt), res)
-        prompts.append(prompt)
+        reply_at = len(chunk.builder.tokens)
+        res = chunk.generate(engine, params, tito)
         versions.append(res.weight_version)
-        if tito:
-            builder.add_completion(res.output_ids, res.output_logprobs, res.finish_reason)
-        else:
-            builder.add_result(len(prompt), res)
         text = tokenizer.decode(res.output_ids, skip_special_tokens=False)
         commands, errors = parse_tool_calls(text)
         if not commands and not errors and res.finish_reason == FINISH_LENGTH:
             # A reply cut by max_new_tokens is not a final answer: say so and go on.
             errors.append(f"your reply was cut off after {len(res.output_ids)} tokens, before "
                           "a tool call or a final answer")
-        record = TurnRecord(len(res.output_ids), res.finish_reason, [], errors)
+        record = TurnRecord(len(res.output_ids), res.finish_reason, [], errors,
+                            chunk=len(closed))
         records.append(record)
         if not commands and not errors:
             finish = "done"
@@ -202,20 +254,73 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
         if time.monotonic() >= deadline:
             finish = "timeout"
             break
-        if len(records) < max_turns:  # only glue that a later turn will read
-            builder.add_observation(observations)
+        if turn + 1 >= max_turns:  # only glue that a later turn will read
+            break
+        if context is None:
+            chunk.builder.add_observation(observations)
+            continue
+        if context.policy == "elide":
+            history.append(ctx.Turn(chunk.builder.tokens[reply_at:], observations))
+        after = len(chunk.builder.tokens) + len(encode_observation(tokenizer, observations))
+        summary_room = (len(ctx.summary_note_ids(tokenizer)) + context.summary_tokens
+                        if context.policy == "summary" else 0)
+        if budget - after >= reserve + summary_room:
+            chunk.builder.add_observation(observations)
+            continue
+        # The next turn would not fit this chunk: compact (or stop).
+        if context.policy == "elide":
+            history = ctx.elide(history, context.keep_observations)
+            replay = ctx.replay_prompt(tokenizer, system_prompt, task.instruction, history,
+                                       limit=min(budget - reserve, len(prefix) + int(
+                                           (budget - len(prefix)) * context.replay_fraction)),
+                                       omitted=omitted)
+            if replay is None or not new_chunk(replay[0]):
+                finish = "context"
+                break
+            history, omitted = history[replay[1]:], omitted + replay[1]
+            continue
+        if context.policy == "summary" and budget - after < summary_room:
+            # this output and a summary do not both fit: the summary turn sees a stub of it
+            observations = ctx.elide([ctx.Turn([], observations)], keep=0)[0].observations
+            after = len(chunk.builder.tokens) + len(encode_observation(tokenizer, observations))
+        if context.policy == "summary" and budget - after >= summary_room:
+            chunk.builder.add_observation(observations, note=ctx.SUMMARY_REQUEST)
+            res = chunk.generate(engine, dataclasses.replace(
+                sampling, stop_token_ids=stops, max_new_tokens=context.summary_tokens), tito)
+            versions.append(res.weight_version)
+            records.append(TurnRecord(len(res.output_ids), res.finish_reason, [], [],
+                                      summary=True, chunk=len(closed)))
+            summary = tokenizer.decode(res.output_ids, skip_special_tokens=True)
+            ids = ctx.summary_prompt(tokenizer, system_prompt, task.instruction, summary)
+            if len(ids) + reserve <= budget and new_chunk(ids):
+                history, omitted = [], 0
+                continue
+        finish = "context"
+        break
     if tito:
-        report = audit(builder, prompts, builder.completions)
-        if not report.ok:
-            raise RolloutError(f"TITO audit failed: {report.errors[:3]}")
-        route_rows = routes.final(len(builder.tokens))
+        closed.append(chunk.close(len(closed)))
+        report = AuditReport()  # one report for the trial; offsets are within each chunk
+        for c in closed:
+            report.drift_tokens_in_loss_region += c.report.drift_tokens_in_loss_region
+            report.relocated += c.report.relocated
+            report.errors += c.report.errors
+        builders = [c.builder for c in closed]
+        tokens = [t for b in builders for t in b.tokens]
+        loss_mask = [m for b in builders for m in b.loss_mask]
+        logprobs = [lp for b in builders for lp in b.logprobs]
+        route_rows = np.concatenate([c.route_rows for c in closed], axis=0)
+        starts = np.cumsum([0] + [len(b.tokens) for b in builders[:-1]]).tolist()
     else:
+        closed = [chunk]
         report = AuditReport()  # the audit would fail by design; retokenized_drift counts it
-        tokens = builder.finish()
-        route_rows = builder.place_routes(routes.final(len(tokens)))
+        b = chunk.builder
+        tokens = b.finish()
+        route_rows = b.place_routes(chunk.routes.final(len(tokens)))
+        loss_mask, logprobs, starts = list(b.loss_mask), list(b.logprobs), [0]
     return Trajectory(
-        tokens=list(builder.tokens), loss_mask=list(builder.loss_mask),
-        logprobs=list(builder.logprobs), routes=route_rows,
-        prompt_len=len(prefix), turns=len(records), tool_calls=n_calls, finish=finish,
-        records=records, audit=report, weight_versions=versions, route_drift=routes.drift,
-        retokenized_drift=0 if tito else builder.retokenized_drift)
+        tokens=list(tokens), loss_mask=loss_mask, logprobs=logprobs, routes=route_rows,
+        prompt_len=len(prefix), turns=sum(not r.summary for r in records), tool_calls=n_calls,
+        finish=finish, records=records, audit=report, weight_versions=versions,
+        route_drift=sum(c.routes.drift for c in closed),
+        retokenized_drift=0 if tito else chunk.builder.retokenized_drift,
+        chunk_starts=[int(x) for x in starts], compactions=len(starts) - 1)

@@ -55,10 +55,11 @@ def render_tool_call(command: str) -> str:
     return f'{CALL_OPEN}\n{{"name": "bash", "arguments": {args}}}\n{CALL_CLOSE}'
 
 
-def render_observation(observations: list[str]) -> str:
-    """Glue after an assistant turn that ended with <|im_end|>: tool results, next header."""
+def render_observation(observations: list[str], note: str = "") -> str:
+    """Glue after an assistant turn that ended with <|im_end|>: tool results (then a note from
+    the harness, e.g. a request to summarise), next header."""
     body = "\n".join(f"{RESP_OPEN}\n{o}\n{RESP_CLOSE}" for o in observations)
-    return f"\n{IM_START}user\n{body}{IM_END}\n{ASSISTANT_HEADER}"
+    return f"\n{IM_START}user\n{body}{chr(10) + note if note else ''}{IM_END}\n{ASSISTANT_HEADER}"
 
 
 def render_full(messages: list[dict], add_generation_prompt: bool = False) -> str:

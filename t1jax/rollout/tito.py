@@ -30,8 +30,9 @@ def encode_plain(tok: Tokenizer, text: str) -> list[int]:
         tok.encode_special_tokens = old
 
 
-def encode_observation(tok: Tokenizer, observations: list[str]) -> list[int]:
-    """Ids of `chat.render_observation(observations)`: template with specials, bodies plain."""
+def encode_observation(tok: Tokenizer, observations: list[str], note: str = "") -> list[int]:
+    """Ids of `chat.render_observation(observations, note)`: template with specials, bodies
+    (and the harness's note after them, if any) plain."""
     def special(text: str) -> list[int]:
         return tok.encode(text, add_special_tokens=False).ids
 
@@ -40,6 +41,8 @@ def encode_observation(tok: Tokenizer, observations: list[str]) -> list[int]:
         ids += special("\n" + RESP_OPEN)  # after "user" or the previous response
         ids += encode_plain(tok, f"\n{obs}\n")
         ids += special(RESP_CLOSE)
+    if note:
+        ids += encode_plain(tok, "\n" + note)
     return ids + special(f"{IM_END}\n{ASSISTANT_HEADER}")
 
 
@@ -84,9 +87,11 @@ class TrajectoryBuilder:
             self.cut_turns += finish_reason == "length"
             self._append([self.im_end_id], 0)
 
-    def add_observation(self, text: str | list[str]) -> None:
-        """Append tool results plus the next assistant header, encoded once, mask 0."""
-        self._append(encode_observation(self.tok, [text] if isinstance(text, str) else text), 0)
+    def add_observation(self, text: str | list[str], note: str = "") -> None:
+        """Append tool results (and a note from the harness) plus the next assistant header,
+        encoded once, mask 0."""
+        self._append(encode_observation(self.tok, [text] if isinstance(text, str) else text,
+                                        note), 0)
 
     def prompt_for_next_turn(self) -> list[int]:
         """Everything so far: the next engine prompt is exactly this, never a re-render."""

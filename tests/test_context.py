@@ -1,0 +1,280 @@
+"""Context management (t1jax/rollout/context.py): episodes forced past a small per-chunk budget
+under each policy, in a real Docker sandbox. Every chunk fits the budget and starts with exactly
+the prompt the engine saw, the TITO audit holds in every chunk, the loss mask is on exactly the
+sampled ids, routes cover every token the model ran, and the trial's reward reaches every
+chunk's tokens through GAE. With the real engine (tiny random model) the trainer's forward of
+each chunk reproduces the sampled log-probs. A 300-turn scripted episode completes with every
+engine prompt inside the budget. The engine here is a scripted test double where a random model
+could not hold a conversation (tests/test_agent.py: ScriptedEngine).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs.model.tiny import get_config
+from t1jax.model.config import model_config_from
+from t1jax.model.transformer import CausalLM
+from t1jax.rl import ppo
+from t1jax.rl.batch import pack
+from t1jax.rollout import context as ctx
+from t1jax.rollout.agent import run_agent_episode
+from t1jax.rollout.chat import render_prefix, render_tool_call
+from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.jax_engine import JaxEngine
+from t1jax.rollout.sample import Sample
+from t1jax.rollout.tito import encode_observation
+
+from test_agent import K, LAYERS, ScriptedEngine, env, shared_box, task, tok  # noqa: F401
+
+SYSTEM = "Use the bash tool."
+
+
+class Recording:
+    """The real engine, with the prompts it was sent kept for the checks."""
+
+    def __init__(self, engine):
+        self.engine, self.max_len, self.prompts = engine, engine.max_len, []
+
+    def generate(self, prompts, sampling):
+        self.prompts += [list(p) for p in prompts]
+        return self.engine.generate(prompts, sampling)
+SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=32)
+
+
+def prefix_len(tok, task) -> int:
+    return len(tok.encode(render_prefix(SYSTEM, task.instruction), add_special_tokens=False).ids)
+
+
+def scripted(tok, task, box, policy: str, *, extra: int = 400, turns: int = 12,
+             command: str = "printf 'line %s\\n' 1 2 3", max_tokens: int = 1 << 16, **kw):
+    budget = prefix_len(tok, task) + extra
+    kw.setdefault("reserve", 100)  # a turn here: a 39-token reply and its ~45-token output
+    engine = ScriptedEngine(tok, [render_tool_call(command)], repeat_last=True)
+    traj = run_agent_episode(task, engine, tok, box, sampling=SAMPLING, max_turns=turns,
+                             max_tokens=max_tokens, system_prompt=SYSTEM,
+                             context=ctx.ContextPolicy(budget, policy, **kw))
+    return engine, traj, budget
+
+
+def chunks(traj) -> list[tuple[int, int]]:
+    ends = [*traj.chunk_starts[1:], len(traj.tokens)]
+    return list(zip(traj.chunk_starts, ends))
+
+
+def check_consistent(traj, engine_prompts, budget: int, layers: int = LAYERS, k: int = K):
+    spans = chunks(traj)
+    assert all(0 < end - start <= budget for start, end in spans), spans
+    assert traj.audit.ok, traj.audit.errors
+    # every engine prompt is the start of its chunk, in order: the chunk holds what it saw;
+    # a chunk's first prompt (a compaction's rewrite) is context only, never trained
+    at, first, prev = -1, {}, None
+    for prompt in engine_prompts:
+        same_chunk = prev is not None and prompt[:len(prev)] == prev  # extends the last prompt
+        if not same_chunk:
+            at += 1
+        assert at < len(spans), "more compactions than chunks"
+        start = spans[at][0]
+        assert traj.tokens[start:start + len(prompt)] == prompt, f"chunk {at} is not what its " \
+                                                                 f"engine call saw"
+        first.setdefault(at, len(prompt))
+        prev = prompt
+    assert sorted(first) == list(range(len(spans))), "a chunk no engine call started"
+    for (start, _), n in zip(spans, (first[i] for i in range(len(spans)))):
+        assert not any(traj.loss_mask[start:start + n])
+    # the loss mask is on exactly the sampled ids, which carry their sampling log-probs
+    assert sum(traj.loss_mask) == sum(r.sampled for r in traj.records)
+    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask) if not m)
+    # routes: one row per token; in each chunk every token the model ran has its experts
+    assert traj.routes.shape == (len(traj.tokens), layers, k)
+    for start, end in spans:
+        ran = (traj.routes[start:end] >= 0).all(axis=(1, 2))
+        if layers > 1 and (traj.routes[start:end, 0] == -1).all():  # a dense first layer
+            ran = (traj.routes[start:end, 1:] >= 0).all(axis=(1, 2))
+        m = int(np.argmin(ran)) if not ran.all() else end - start
+        assert ran[:m].all() and not ran[m:].any() and end - start - m <= 2, (start, end, m)
+
+
+def reward_reaches_every_chunk(traj, reward: float = 0.75):
+    sample = Sample(traj.tokens, traj.loss_mask, traj.logprobs, traj.routes, reward, {},
+                    chunk_starts=traj.chunk_starts)
+    length = 1 << int(np.ceil(np.log2(len(traj.tokens))))
+    packed = pack([sample], buckets=[length], num_layers=traj.routes.shape[1],
+                  top_k=traj.routes.shape[2])
+    batch, used = packed.batch, packed.placements[0][3]  # the tail past the last sample is cut
+    _, returns = ppo.gae(jnp.asarray(batch.rewards), jnp.zeros(batch.shape),
+                         jnp.asarray(batch.loss_mask), jnp.asarray(batch.trial_ids), 1.0, 1.0)
+    returns, mask = np.asarray(returns)[0], batch.loss_mask[0] > 0
+    for start, end in chunks(traj):
+        sampled = mask[start:end]
+        assert sampled.any() and np.allclose(returns[start:end][sampled], reward)
+        end = min(end, used)
+        assert (batch.positions[0, start:end] == np.arange(end - start)).all()
+        assert len(set(batch.segment_ids[0, start:end])) == 1
+    assert len(set(batch.segment_ids[0, :used])) == len(traj.chunk_starts)
+
+
+# -- the policies --------------------------------------------------------------------------------
+
+def test_stop_ends_the_episode_at_the_budget(tok, task, shared_box):
+    engine, traj, budget = scripted(tok, task, shared_box, "stop")
+    assert traj.finish == "context" and traj.chunk_starts == [0] and traj.compactions == 0
+    assert 1 < traj.turns < 12 and len(traj.tokens) <= budget
+    check_consistent(traj, engine.prompts, budget)
+
+
+def test_elide_replays_the_turns_with_old_outputs_stubbed(tok, task, shared_box):
+    engine, traj, budget = scripted(tok, task, shared_box, "elide")
+    assert traj.finish == "turns" and traj.turns == 12 and traj.compactions >= 2
+    check_consistent(traj, engine.prompts, budget)
+    reward_reaches_every_chunk(traj)
+    second = traj.tokens[traj.chunk_starts[1]:traj.chunk_starts[2]]
+    text = tok.decode(second, skip_special_tokens=False)
+    assert "[output elided: " in text and "line 3" in text  # newest output kept whole
+    reply = tok.encode(render_tool_call("printf 'line %s\\n' 1 2 3"),
+                       add_special_tokens=False).ids  # replayed verbatim, as ids
+    assert sum(second[i:i + len(reply)] == reply for i in range(len(second))) >= 2
+
+
+def test_elide_drops_the_oldest_turns_when_even_stubs_do_not_fit(tok, task, shared_box):
+    engine, traj, budget = scripted(tok, task, shared_box, "elide", turns=40, extra=250,
+                                    replay_fraction=1.0)
+    assert traj.turns == 40 and traj.finish == "turns"
+    check_consistent(traj, engine.prompts, budget)
+    last = tok.decode(traj.tokens[traj.chunk_starts[-1]:], skip_special_tokens=False)
+    assert "earlier turns omitted to save context" in last
+
+
+def test_summary_asks_the_policy_and_continues_from_its_words(tok, task, shared_box):
+    engine, traj, budget = scripted(tok, task, shared_box, "summary", summary_tokens=40)
+    summaries = [r for r in traj.records if r.summary]
+    assert traj.compactions >= 1 and len(summaries) >= traj.compactions
+    assert traj.turns == 12 and traj.turns == sum(not r.summary for r in traj.records)
+    check_consistent(traj, engine.prompts, budget)
+    reward_reaches_every_chunk(traj)
+    first = tok.decode(traj.tokens[:traj.chunk_starts[1]], skip_special_tokens=False)
+    assert ctx.SUMMARY_REQUEST in first  # asked in the chunk that filled up ...
+    second = tok.decode(traj.tokens[traj.chunk_starts[1]:], skip_special_tokens=False)
+    assert ctx.SUMMARY_HEADER in second and "printf" in second  # ... answered in the next
+    assert summaries[0].commands == []  # a summary's tool calls do not run
+
+
+def test_the_trial_budget_still_bounds_all_chunks(tok, task, shared_box):
+    budget = prefix_len(tok, task) + 160
+    engine = ScriptedEngine(tok, [render_tool_call("echo hi")], repeat_last=True)
+    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_turns=50,
+                             max_tokens=3 * budget, system_prompt=SYSTEM,
+                             context=ctx.ContextPolicy(budget, "elide"))
+    assert len(traj.tokens) <= 3 * budget and traj.finish in ("context", "tokens")
+    check_consistent(traj, engine.prompts, budget)
+
+
+def test_no_context_policy_keeps_the_single_chunk_behaviour(tok, task, shared_box):
+    engine = ScriptedEngine(tok, [render_tool_call("echo hi")], repeat_last=True)
+    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_turns=4,
+                             system_prompt=SYSTEM, max_tokens=4096)
+    assert traj.chunk_starts == [0] and traj.compactions == 0 and traj.turns == 4
+    with pytest.raises(ValueError, match="tito"):
+        run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, tito=False,
+                          context=ctx.ContextPolicy(4096, "elide"))
+
+
+# -- the pieces ----------------------------------------------------------------------------------
+
+def test_budget_is_the_smallest_limit_and_bad_policies_are_named():
+    assert ctx.context_budget(32768, 4096, 0) == 4096
+    assert ctx.context_budget(32768, None, 1000) == 1000
+    assert ctx.context_budget(2048, 4096, 8192) == 2048
+    for bad in (dict(budget=0), dict(budget=10, policy="drop"), dict(budget=10, reserve=-1),
+                dict(budget=10, replay_fraction=0.0)):
+        with pytest.raises(ValueError):
+            ctx.ContextPolicy(**bad)
+    assert ctx.from_config({"compaction": "none"}, 4096) is None
+    policy = ctx.from_config({"compaction": "elide", "context_tokens": 512}, 4096, 2048)
+    assert policy.budget == 512 and policy.policy == "elide"
+    with pytest.raises(ValueError, match="rollouts.compaction"):
+        ctx.from_config({"compaction": "fold"}, 4096)
+
+
+def test_replay_prompt_elides_then_drops_oldest(tok):
+    turns = [ctx.Turn([1, 2, 3], [f"output {i} " * 20]) for i in range(6)]
+    elided = ctx.elide(turns, keep=2)
+    assert [t.elided for t in elided] == [True] * 4 + [False] * 2
+    assert "bytes" in elided[0].observations[0] and elided[5] is turns[5]
+    full, dropped = ctx.replay_prompt(tok, SYSTEM, "do it", elided, limit=10_000)
+    assert dropped == 0
+    body = sum(3 + len(encode_observation(tok, t.observations)) for t in elided)
+    assert len(full) == len(tok.encode(render_prefix(SYSTEM, "do it"),
+                                       add_special_tokens=False).ids) + body
+    ids, dropped = ctx.replay_prompt(tok, SYSTEM, "do it", elided, limit=len(full) - 5,
+                                     omitted=3)
+    assert dropped >= 1 and len(ids) <= len(full) - 5
+    assert f"{3 + dropped} earlier turns omitted" in tok.decode(ids)
+    # every turn dropped: the instruction and the note remain
+    ids, dropped = ctx.replay_prompt(tok, SYSTEM, "do it", elided, limit=len(full) - body + 60,
+                                     omitted=3)
+    assert dropped == 6 and "9 earlier turns omitted" in tok.decode(ids)
+    assert ctx.replay_prompt(tok, SYSTEM, "do it", elided, limit=10) is None
+
+
+# -- long and real -------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_300_turn_episode_stays_inside_the_budget(tok, task, shared_box):
+    # The trial is one training row (every chunk of it): 1k-token chunks of ~10 turns each
+    engine, traj, budget = scripted(tok, task, shared_box, "elide", turns=300, extra=1200,
+                                    command="echo step", max_tokens=1 << 17)
+    assert traj.turns == 300 and traj.finish == "turns" and traj.tool_calls == 300
+    assert max(len(p) for p in engine.prompts) <= budget  # what an engine holds is bounded
+    assert traj.compactions >= 20
+    check_consistent(traj, engine.prompts, budget)
+    reward_reaches_every_chunk(traj)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy, extra", [("elide", 96), ("summary", 256)])
+def test_real_engine_chunks_replay_exactly_in_the_trainer_forward(tok, task, shared_box, policy,
+                                                                  extra):
+    cfg = get_config().model
+    cfg.vocab_size = tok.get_vocab_size()
+    cfg.max_position_embeddings = 2048
+    model = CausalLM(model_config_from(cfg), nnx.Rngs(0))
+    budget = prefix_len(tok, task) + extra  # a summary request alone is ~120 tokens here
+    engine = Recording(JaxEngine(model, max_batch=1, max_len=budget, prefill_buckets=(budget,)))
+    # A random model's replies are cut at max_new_tokens and answered with an error: turns
+    # go on until the turn budget, compacting along the way.
+    traj = run_agent_episode(
+        task, engine, tok, shared_box, max_turns=10, max_tokens=1 << 14, system_prompt=SYSTEM,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=0),
+        context=ctx.ContextPolicy(budget, policy, summary_tokens=8))
+    assert traj.compactions >= 1
+    check_consistent(traj, engine.prompts, budget, cfg.num_hidden_layers,
+                     cfg.num_experts_per_tok)
+    reward_reaches_every_chunk(traj)
+    tokens, mask = np.asarray(traj.tokens), np.asarray(traj.loss_mask)
+    logprobs = np.asarray(traj.logprobs)
+    for start, end in chunks(traj):
+        ids = jnp.asarray(tokens[None, start:end])
+        logits = model(ids, jnp.arange(end - start)[None]).logits[0].astype(jnp.float32)
+        lp = jax.nn.log_softmax(logits, axis=-1)[:-1]
+        mine = np.asarray(jnp.take_along_axis(lp, ids[0, 1:, None], axis=-1)[:, 0])
+        sampled = mask[start + 1:end] > 0
+        assert sampled.any()
+        np.testing.assert_allclose(mine[sampled], logprobs[start + 1:end][sampled], atol=2e-4)
+    # the trainer's packed row (all chunks, one segment each): no attention between chunks
+    sample = Sample(traj.tokens, traj.loss_mask, traj.logprobs, traj.routes, 0.0, {},
+                    chunk_starts=traj.chunk_starts)
+    batch = pack([sample], buckets=[1 << int(np.ceil(np.log2(len(tokens))))],
+                 num_layers=cfg.num_hidden_layers, top_k=cfg.num_experts_per_tok).batch
+    logits = model(jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
+                   jnp.asarray(batch.segment_ids)).logits[0].astype(jnp.float32)
+    row = jnp.asarray(batch.tokens[0])
+    packed = np.asarray(jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1)[:-1],
+                                            row[1:, None], axis=-1)[:, 0])
+    trained = batch.loss_mask[0, 1:] > 0
+    assert trained.sum() == mask.sum()  # no chunk starts on a sampled id here
+    np.testing.assert_allclose(packed[trained], batch.rollout_logprobs[0, 1:][trained], atol=2e-4)
