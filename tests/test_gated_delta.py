@@ -78,8 +78,9 @@ def test_matches_transformers():
                       (torch_recurrent_gated_delta_rule, {})):
         out, fin = fn(*t[:5], initial_state=t[5], output_final_state=True,
                       use_qk_l2norm_in_kernel=False, **extra)
-        close(ours[0], out.numpy())
-        close(ours[1], fin.numpy())
+        # torch's float32 summation order differs from XLA's: 1.5e-5 seen once in CI
+        close(ours[0], out.numpy(), tol=3e-5)
+        close(ours[1], fin.numpy(), tol=3e-5)
 
 
 def test_dtype_follows_input():

@@ -49,8 +49,9 @@ class TurnRecord:
     finish_reason: str  # the engine's ("stop" | "length")
     commands: list[CommandRecord]
     errors: list[str]  # malformed tool calls, answered with an error observation
-    summary: bool = False  # the reply to a summary request (context policy "summary")
-    chunk: int = 0  # which chunk of the trial the turn is in
+    # keyword-only, so subclasses' positional fields (TerminusTurnRecord.repair) keep their place
+    summary: bool = dataclasses.field(default=False, kw_only=True)  # a summary request's reply
+    chunk: int = dataclasses.field(default=0, kw_only=True)  # the trial's chunk the turn is in
 
 
 @dataclasses.dataclass
@@ -68,8 +69,9 @@ class Trajectory:
     weight_versions: list[str]  # one per generate call
     route_drift: int  # positions whose routes differed when a later call recomputed them
     retokenized_drift: int = 0  # tito=False: loss-region ids that are not the sampled ones
-    chunk_starts: list[int] = dataclasses.field(default_factory=lambda: [0])  # see context.py
-    compactions: int = 0  # context compactions (each starts a chunk)
+    chunk_starts: list[int] = dataclasses.field(default_factory=lambda: [0],
+                                                kw_only=True)  # see context.py
+    compactions: int = dataclasses.field(default=0, kw_only=True)  # each starts a chunk
 
 
 def truncate_middle(text: str, max_bytes: int) -> tuple[str, bool]:

@@ -172,7 +172,7 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             chunk.mask.append(0)
             chunk.lps.append(0.0)
         text = tokenizer.decode(body, skip_special_tokens=False)
-        record = TerminusTurnRecord(len(sampled), res.finish_reason, [], [], repair)
+        record = TerminusTurnRecord(len(sampled), res.finish_reason, [], [], repair=repair)
         records.append(record)
         reply, err = parse_terminus_reply(text)
         if err is not None:
