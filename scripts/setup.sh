@@ -47,6 +47,48 @@ need_bwrap() {
     die "neither Docker nor bubblewrap is available; install docker.io or bubblewrap and re-run."
 }
 
+# gVisor (runsc), registered as a Docker runtime for sandbox.runtime="runsc". runtimeArgs
+# --network=none: with no bridge, runsc cannot start a container in the root network namespace.
+T1JAX_DIR=/var/lib/t1jax
+# Debian 12's own runsc (20221219) rejects statx(AT_NO_AUTOMOUNT) with EINVAL, so bookworm's
+# coreutils `ls -l` and `stat` fail inside it; bookworm-backports has a 2024 build that works.
+runsc_date() { runsc --version 2>/dev/null | grep -o '[0-9]\{8\}' | head -1; }
+register_runsc() {
+  if [ "$(runsc_date || true)" \< 20230101 ]; then
+    log "installing gVisor (runsc) for sandbox.runtime=runsc"
+    if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+      echo "deb http://deb.debian.org/debian bookworm-backports main" |
+        as_root tee /etc/apt/sources.list.d/t1jax-bookworm-backports.list >/dev/null
+      apt_install -t bookworm-backports runsc || true
+    else
+      apt_install runsc || true
+    fi
+  fi
+  [ "$(runsc_date || true)" \> 20230101 ] || {
+    log "WARNING: no gVisor (runsc) from 2023 or later; sandbox.runtime=runsc will be unavailable"; return 1; }
+  printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--network=none", "--overlay2=none"]}}}\n' \
+    "$(command -v runsc)" > "$T1JAX_DIR/daemon.json"
+}
+# Docker's overlay2 driver enforces `--storage-opt size` only on XFS with project quotas, which
+# this kernel lacks; its btrfs driver enforces it with qgroups. So the daemon we start keeps its
+# data on a loop-mounted btrfs file (sparse: it takes only what is used).
+prepare_btrfs_root() {
+  local image=$T1JAX_DIR/docker.btrfs root=$T1JAX_DIR/docker-btrfs
+  mkdir -p "$root"
+  mountpoint -q "$root" && return 0
+  grep -qw btrfs /proc/filesystems || modprobe btrfs 2>/dev/null || return 1
+  command -v mkfs.btrfs >/dev/null || apt_install btrfs-progs || return 1
+  if [ ! -f "$image" ]; then
+    local free_gb; free_gb=$(( $(df --output=avail -k "$T1JAX_DIR" | tail -1) / 1048576 ))
+    local size_gb=$(( free_gb * 8 / 10 )); [ "$size_gb" -gt 200 ] && size_gb=200
+    [ "$size_gb" -ge 8 ] || { log "WARNING: under 10 GB free for the btrfs data-root"; return 1; }
+    truncate -s "${size_gb}G" "$image" && mkfs.btrfs -q -f "$image" >/dev/null ||
+      { rm -f "$image"; return 1; }
+  fi
+  mount -o loop "$image" "$root" 2>/dev/null || return 1
+  btrfs quota enable "$root"
+}
+
 if [ "${T1JAX_SKIP_DOCKER:-0}" = 1 ]; then
   log "T1JAX_SKIP_DOCKER=1: using the bubblewrap sandbox"; need_bwrap
 elif docker_ok; then
@@ -58,9 +100,16 @@ else
       die "could not install docker.io (needs root and apt). Install Docker yourself, or set T1JAX_SKIP_DOCKER=1 to use bubblewrap."
   fi
   if [ "$(id -u)" = 0 ]; then
-    log "starting dockerd (--bridge=none --iptables=false: sandboxes get no network)"
-    mkdir -p /var/lib/t1jax
-    nohup dockerd --bridge=none --iptables=false --ip-masq=false >/var/log/t1jax-dockerd.log 2>&1 &
+    mkdir -p "$T1JAX_DIR"
+    args=(--bridge=none --iptables=false --ip-masq=false)
+    if register_runsc; then args+=(--config-file "$T1JAX_DIR/daemon.json"); fi
+    if [ "${T1JAX_STORAGE_QUOTA:-1}" = 1 ] && prepare_btrfs_root; then
+      args+=(--data-root "$T1JAX_DIR/docker-btrfs" --storage-driver btrfs)
+    else
+      log "WARNING: no btrfs data-root (needs loop devices and btrfs): storage quotas fall back to the watchdog (see BUILD.md, Sandbox security)"
+    fi
+    log "starting dockerd ${args[*]} (no bridge: sandboxes get no network)"
+    nohup dockerd "${args[@]}" >/var/log/t1jax-dockerd.log 2>&1 &
     echo $! > /var/lib/t1jax/dockerd.pid
     for _ in $(seq 60); do docker_ok && break; sleep 0.5; done
     docker_ok || die "dockerd did not start; see /var/log/t1jax-dockerd.log"
@@ -105,5 +154,8 @@ if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null;
     fi
     log "WARNING: could not install chromium (needs root and apt): the browser checks in tests/test_report.py will skip. Install it with: sudo apt-get install chromium"
   fi
+fi
+if [ "${T1JAX_SKIP_DOCKER:-0}" != 1 ]; then
+  log "sandbox runtimes: $(docker info -f '{{range $k, $v := .Runtimes}}{{$k}} {{end}}'); storage driver: $(docker info -f '{{.Driver}}')"
 fi
 log "ready"

@@ -41,7 +41,7 @@ from t1jax.verify.verifier import verify
 HARNESSES = ("tools", "terminus")
 SYSTEM_PROMPTS = {"tools": TOOLS_SYSTEM_PROMPT, "terminus": TERMINUS_SYSTEM_PROMPT}
 FAILURE_MODES = ("resolved", "unresolved", "agent_timeout", "turn_limit", "context_exhausted",
-                 "verifier_error", "tampered", "agent_error", "skipped")
+                 "sandbox_limit", "verifier_error", "tampered", "agent_error", "skipped")
 INTERNET_POLICIES = ("skip", "run")  # a task needing the internet on an offline sandbox
 OUTPUT_CHARS = 2000  # per command output and verifier log kept in trials.jsonl
 UNCATEGORIZED, UNRATED = "uncategorized", "unknown"
@@ -75,7 +75,7 @@ def failure_mode(finish: str, report, error: str | None = None) -> str:
     if report.error and not report.assertions:
         return "verifier_error"
     return {"timeout": "agent_timeout", "turns": "turn_limit", "tokens": "context_exhausted",
-            "context": "context_exhausted"}.get(finish, "unresolved")
+            "context": "context_exhausted", "sandbox_limit": "sandbox_limit"}.get(finish, "unresolved")
 
 
 def goal_fraction(report) -> float:

@@ -30,6 +30,53 @@ def docker_backend():
         pytest.skip(reason)
 
 
+def _unavailable(reason: str):
+    """Skip, or fail in CI (T1JAX_REQUIRE_DOCKER=1): a missing engine must not pass silently."""
+    if os.environ.get("T1JAX_REQUIRE_DOCKER") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    from t1jax.sandbox.base import SandboxError
+    try:
+        from t1jax.sandbox.docker import docker_client as connect
+        return connect()
+    except (SandboxError, ImportError) as err:
+        _unavailable(str(err))
+
+
+# The sandbox and escape suites run under both runtimes: runc (Docker's default) and gVisor.
+@pytest.fixture(scope="module", params=["runc", "runsc"])
+def runtime(request, docker_client):
+    from t1jax.sandbox.docker import daemon_facts
+    if request.param not in daemon_facts(docker_client)["runtimes"]:
+        _unavailable(f"the Docker daemon has no runtime {request.param} "
+                     "(scripts/setup.sh registers runsc when it starts dockerd)")
+    return request.param
+
+
+@pytest.fixture
+def make_sandbox(docker_client, runtime):
+    """A factory of unstarted DockerSandboxes of the base image under `runtime`; Limits fields
+    and DockerSandbox options (user=...) as keywords."""
+    import dataclasses
+    import uuid
+
+    from t1jax.sandbox.base import Limits
+    from t1jax.sandbox.docker import DockerSandbox
+    from t1jax.sandbox.images import LOCAL_BASE_IMAGE
+    limit_names = {f.name for f in dataclasses.fields(Limits)}
+
+    def make(**kwargs):
+        limits = Limits(**{k: v for k, v in kwargs.items() if k in limit_names})
+        options = {k: v for k, v in kwargs.items() if k not in limit_names}
+        return DockerSandbox(LOCAL_BASE_IMAGE, limits=limits, client=docker_client,
+                             run_id=f"test-{uuid.uuid4().hex[:8]}", runtime=runtime, **options)
+    return make
+
+
 _TINY = {"qwen3_moe": "tiny", "qwen3_5_moe": "tiny_qwen35"}
 _TINY_MODELS = {}
 

@@ -6,6 +6,7 @@ loop, bad routes abort the rollout, samples round-trip through .npz; and the rea
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from pathlib import Path
 
@@ -80,9 +81,10 @@ def env(docker_backend, task):
     run_id = f"test-agent-{uuid.uuid4().hex[:8]}"
     image = docker_backend.build(task)
 
-    def make():
+    def make(**limits):
         return docker_backend.create(SandboxSpec(
-            image=image, limits=task_limits(task, Limits()), workdir="/app", run_id=run_id))
+            image=image, limits=dataclasses.replace(task_limits(task, Limits()), **limits),
+            workdir="/app", run_id=run_id))
     yield docker_backend, make, run_id
     docker_backend.reap(run_id)
 
@@ -166,6 +168,25 @@ def test_wall_clock_timeout_stops(tok, task, shared_box):
                              timeout_s=1.0)
     assert traj.finish == "timeout" and traj.turns == 1
     assert traj.records[0].commands[0].timed_out
+    check_record(traj, engine.prompts)
+
+
+@pytest.mark.parametrize("limit", ["output", "storage"])
+def test_a_sandbox_budget_ends_the_episode(limit, tok, task, env):
+    """Past its storage quota or its episode's output budget the episode ends as
+    "sandbox_limit" (a trial that is verified and scored, not a crash)."""
+    if limit == "output":
+        box, cmd = env[1](episode_output_bytes=200_000), "seq 1 100000"
+    else:
+        box, cmd = env[1](storage_mb=16), "head -c 40000000 /dev/zero > /app/big"
+    engine = ScriptedEngine(tok, [render_tool_call(cmd)], repeat_last=True)
+    with box:
+        traj = run_agent_episode(task, engine, tok, box, sampling=SAMPLING, max_turns=5,
+                                 max_tokens=8192)
+    assert traj.finish == "sandbox_limit" and traj.turns == 1
+    assert ("storage quota of 16 MiB" if limit == "storage" else "budget of 200000") in \
+        traj.records[0].limit
+    assert traj.records[0].commands[0].exit_code is None
     check_record(traj, engine.prompts)
 
 

@@ -319,3 +319,16 @@ def test_load_policy_from_checkpoint_and_hf(tmp_path):
     assert label == "hf"
     assert all(np.allclose(a, b) for a, b in zip(params(from_hf),
                                                  jax.tree.leaves(other_params)))
+
+
+def test_failure_mode_names_the_budget_that_ended_the_trial():
+    from types import SimpleNamespace
+
+    from t1jax.eval import FAILURE_MODES, failure_mode
+    unsolved = SimpleNamespace(solved=False, tampered=False, error="", assertions=[1])
+    solved = SimpleNamespace(solved=True, tampered=False, error="", assertions=[1])
+    for finish, mode in (("timeout", "agent_timeout"), ("turns", "turn_limit"),
+                         ("context", "context_exhausted"), ("sandbox_limit", "sandbox_limit"),
+                         ("done", "unresolved")):
+        assert failure_mode(finish, unsolved) == mode and mode in FAILURE_MODES
+        assert failure_mode(finish, solved) == "resolved"  # solved within its budget counts

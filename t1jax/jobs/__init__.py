@@ -28,7 +28,8 @@ def sandbox_limits(sandbox):
     """Per-sandbox limits from the same block (a task's own limits are applied on top)."""
     from t1jax.sandbox.base import Limits
     return Limits(pids=sandbox.pids, max_output_bytes=sandbox.max_output_bytes,
-                  default_timeout_s=sandbox.command_timeout_s)
+                  default_timeout_s=sandbox.command_timeout_s,
+                  episode_output_bytes=sandbox.episode_output_bytes)
 
 
 def load_job_tasks(pool_dir, *, skip_invalid: bool, task_filter: str) -> list:

@@ -20,6 +20,7 @@ from t1jax.rollout.chat import EOT, IM_END, parse_tool_calls, render_prefix
 from t1jax.rollout.engine import FINISH_LENGTH, Engine, GenerateResult, SamplingParams
 from t1jax.rollout.retokenize import TextRoundTrip
 from t1jax.rollout.tito import AuditReport, TrajectoryBuilder, audit, encode_observation
+from t1jax.sandbox.base import SandboxLimitExceeded
 
 SYSTEM_PROMPT = (
     "You are an agent that solves tasks in a Linux terminal. You have one tool, `bash`: each "
@@ -27,7 +28,8 @@ SYSTEM_PROMPT = (
     "/app) and returns its output and exit code. Call it as often as you need. When the task is "
     "complete, reply without any tool call."
 )
-FINISHES = ("done", "turns", "tokens", "timeout", "context")
+# sandbox_limit: a budget enforced outside the sandbox ran out (storage quota, episode output)
+FINISHES = ("done", "turns", "tokens", "timeout", "context", "sandbox_limit")
 
 
 class RolloutError(RuntimeError):
@@ -51,6 +53,7 @@ class TurnRecord:
     errors: list[str]  # malformed tool calls, answered with an error observation
     # keyword-only, so subclasses' positional fields (TerminusTurnRecord.repair) keep their place
     summary: bool = dataclasses.field(default=False, kw_only=True)  # a summary request's reply
+    limit: str = dataclasses.field(default="", kw_only=True)  # the sandbox budget that ran out
     chunk: int = dataclasses.field(default=0, kw_only=True)  # the trial's chunk the turn is in
 
 
@@ -165,6 +168,18 @@ class _Chunk:
         return self
 
 
+def exec_within_limits(sandbox, cmd: str, timeout: float, record: TurnRecord):
+    """Run one command; None when a budget the sandbox enforces ran out (the episode ends,
+    and record.limit says why)."""
+    t0 = time.monotonic()
+    try:
+        return sandbox.exec(cmd, timeout=timeout)
+    except SandboxLimitExceeded as err:
+        record.commands.append(CommandRecord(cmd, None, False, False, time.monotonic() - t0))
+        record.limit = str(err)
+        return None
+
+
 def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       sampling: SamplingParams, max_turns: int = 300,
                       max_tokens: int | None = None, timeout_s: float | None = None,
@@ -246,13 +261,18 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             if left <= 0:
                 break
             t0 = time.monotonic()
-            result = sandbox.exec(cmd, timeout=min(command_timeout_s, left))
+            result = exec_within_limits(sandbox, cmd, min(command_timeout_s, left), record)
+            if result is None:
+                break
             obs, cut = format_observation(result, max_observation_bytes)
             observations.append(obs)
             record.commands.append(CommandRecord(cmd, result.exit_code, result.timed_out, cut,
                                                  time.monotonic() - t0))
             n_calls += 1
         observations += [f"Error: {e}" for e in errors]
+        if record.limit:
+            finish = "sandbox_limit"
+            break
         if time.monotonic() >= deadline:
             finish = "timeout"
             break

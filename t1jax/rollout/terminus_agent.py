@@ -19,7 +19,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from t1jax.rollout.agent import (CommandRecord, RolloutError, Trajectory, TurnRecord, _Routes,
-                                 _stop_ids, truncate_middle)
+                                 _stop_ids, exec_within_limits, truncate_middle)
 from t1jax.rollout.chat import IM_END, IM_START
 from t1jax.rollout.engine import Engine, SamplingParams
 from t1jax.rollout.terminus import (SYSTEM_PROMPT, TerminusSession, first_user_message,
@@ -187,12 +187,17 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             if left <= 0:
                 break
             t0 = time.monotonic()
-            result = sandbox.exec(cmd, timeout=min(command_timeout_s, left))
+            result = exec_within_limits(sandbox, cmd, min(command_timeout_s, left), record)
+            if result is None:
+                break
             screen, cut = _screen(cmd, result, max_observation_bytes)
             outputs.append(screen)
             record.commands.append(CommandRecord(cmd, result.exit_code, result.timed_out, cut,
                                                  time.monotonic() - t0))
             n_calls += 1
+        if record.limit:
+            finish = "sandbox_limit"
+            break
         if action.kind == "done":
             finish = "done"
             break

@@ -21,8 +21,18 @@ class SandboxError(RuntimeError):
     """A sandbox could not be created, reached or used; the message says which and why."""
 
 
-class StorageQuotaExceeded(SandboxError):
-    """The sandbox wrote more than its storage quota; the episode fails with this error."""
+class SandboxLimitExceeded(SandboxError):
+    """The episode used up a budget enforced from outside the sandbox (storage, total output).
+    The agent ends the episode here (finish "sandbox_limit"); it is verified and scored like
+    any other, so a policy that fills the disk learns from the outcome."""
+
+
+class StorageQuotaExceeded(SandboxLimitExceeded):
+    """The sandbox wrote more than its storage quota (task [environment] storage_mb)."""
+
+
+class OutputBudgetExceeded(SandboxLimitExceeded):
+    """The episode's commands printed more than Limits.episode_output_bytes in all."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +65,8 @@ class Limits:
     # A command producing more than this is killed like a timeout: a `yes` flood must not spin
     # the reader for the whole timeout.
     kill_output_bytes: int = 16 * 1024 * 1024
+    # All commands of an episode together, counted on the host as the bytes arrive.
+    episode_output_bytes: int = 64 * 1024 * 1024
     default_timeout_s: float = 180.0
 
 

@@ -3,6 +3,11 @@
 The container runs `sleep infinity` under Docker's init (which reaps zombies); the agent's shell is
 a `docker exec` whose stdin/stdout we hold as a socket. Labels name the owning process so that
 `reaper.reap()` removes what a killed run left behind.
+
+Storage: on a daemon with the btrfs storage driver (what scripts/setup.sh starts) the kernel caps
+the container's writes (`--storage-opt size`, a btrfs qgroup); elsewhere only the watchdog in
+ShellSandbox does, between its checks. Either way a sandbox over its quota raises
+StorageQuotaExceeded. The runtime is the daemon's default (runc) or one it registers (runsc).
 """
 
 from __future__ import annotations
@@ -26,6 +31,25 @@ from t1jax.sandbox.shell_sandbox import ShellSandbox
 # root writing into other users' dirs: DAC_OVERRIDE) plus KILL, so the root kill helper can
 # stop a timed-out command owned by a non-root agent user. Everything else is dropped.
 KEPT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"]
+SHM_BYTES = 64 * 2**20  # /dev/shm (tmpfs; its pages also count against the memory limit)
+# btrfs counts the image's blocks in a container's qgroup, a little over the image's nominal
+# size (565 MiB for a 540 MiB image here), so the cap is storage + image * 1.1 + slack.
+BTRFS_IMAGE_FACTOR, BTRFS_SLACK_BYTES = 1.1, 32 * 2**20
+
+
+def daemon_facts(client) -> dict:
+    """The daemon's storage driver and registered runtimes, asked once per client."""
+    facts = getattr(client, "_t1jax_facts", None)
+    if facts is None:
+        info = client.info()
+        facts = {"driver": info.get("Driver", ""), "runtimes": sorted(info.get("Runtimes") or {})}
+        client._t1jax_facts = facts
+    return facts
+
+
+def storage_enforcement(client) -> str:
+    """'kernel' where the daemon caps a container's writes (btrfs), else 'watchdog'."""
+    return "kernel" if daemon_facts(client)["driver"] == "btrfs" else "watchdog"
 
 
 def docker_client(timeout_s: float = 120.0):
@@ -123,13 +147,22 @@ class DockerSandbox(ShellSandbox):
                                          hard=storage_kb * 1024)],
             volumes={host: {"bind": path, "mode": "ro"}
                      for host, path in (readonly_mounts or {}).items()},
-            runtime=runtime, auto_remove=False)
+            shm_size=SHM_BYTES, runtime=runtime or None, auto_remove=False)
+        self.restarts = 0  # times the container itself stopped (all its processes killed)
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> "DockerSandbox":
         import docker.errors
+        facts = daemon_facts(self.client)
+        runtime = self._create_kwargs["runtime"]
+        if runtime and runtime not in facts["runtimes"]:
+            raise SandboxError(
+                f"the Docker daemon has no runtime {runtime!r} (it has {', '.join(facts['runtimes'])})"
+                "; scripts/setup.sh registers runsc (gVisor) when it starts dockerd (BUILD.md, "
+                "Sandbox security), or set sandbox.runtime=''")
         try:
-            self.container = self.client.containers.run(**self._create_kwargs)
+            self.container = self.client.containers.run(**self._create_kwargs,
+                                                        storage_opt=self._storage_opt())
         except docker.errors.DockerException as err:
             raise SandboxError(f"cannot start a sandbox from image {self.image}: {err}") from err
         try:
@@ -138,7 +171,7 @@ class DockerSandbox(ShellSandbox):
                 if self.user:
                     self._root_exec(["chown", self.user, self.workdir])
             self.container.reload()
-            upper = self.container.attrs.get("GraphDriver", {}).get("Data", {}).get("UpperDir")
+            upper = ((self.container.attrs.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
             self._upperdir = upper if upper and os.access(upper, os.R_OK) else None
             self._start_shell()
         except BaseException:
@@ -210,7 +243,22 @@ class DockerSandbox(ShellSandbox):
         return image.id
 
     # -- helpers ------------------------------------------------------------------------------
+    def _storage_opt(self) -> dict | None:
+        """The kernel cap on the container's writes, where the daemon can enforce one."""
+        if storage_enforcement(self.client) != "kernel":
+            return None
+        image_bytes = self.client.images.get(self.image).attrs["Size"]
+        cap = (int(image_bytes * BTRFS_IMAGE_FACTOR) + self.limits.storage_mb * 2**20
+               + BTRFS_SLACK_BYTES)
+        return {"size": str(cap)}
+
     def _open_shell(self) -> _ExecSocket:
+        # `kill -9 -1` as root kills `sleep infinity`, and with it the container: start it again
+        # (the filesystem survives, processes do not), as a shell that exited is replaced.
+        self.container.reload()
+        if self.container.status != "running":
+            self.restarts += 1
+            self.container.start()
         shell = "if command -v bash >/dev/null; then exec bash --noprofile --norc; else exec sh; fi"
         exec_id = self.client.api.exec_create(
             self.container.id, ["/bin/sh", "-c", shell], stdin=True, stdout=True, stderr=True,
@@ -218,7 +266,12 @@ class DockerSandbox(ShellSandbox):
         return _ExecSocket(self.client.api.exec_start(exec_id, socket=True))
 
     def _root_exec(self, argv: list[str]) -> str:
-        code, output = self.container.exec_run(argv, user="root")
+        import docker.errors
+        try:
+            code, output = self.container.exec_run(argv, user="root")
+        except docker.errors.APIError as err:  # e.g. the container stopped
+            raise SandboxError(f"{argv[0]} could not run in sandbox {self.container.name}: "
+                               f"{err}") from err
         if code != 0:
             raise SandboxError(f"{' '.join(argv)} failed in sandbox {self.container.name}: "
                                f"{output.decode(errors='replace')[-500:]}")
@@ -228,10 +281,13 @@ class DockerSandbox(ShellSandbox):
         self._root_exec(["/bin/sh", "-c", KILL_SCRIPT, "kill-helper", *args])
 
     def disk_usage_bytes(self) -> int | None:
-        """Bytes the sandbox wrote (its overlay upper layer); None where not visible (remote
-        daemon, or not root)."""
+        """Bytes the sandbox wrote: its overlay upper layer where we can read it (local root),
+        else the daemon's SizeRw (btrfs, remote daemons; apparent sizes, so a sparse file counts
+        in full)."""
         if self._upperdir is None:
-            return None
+            found = self.client.api.containers(all=True, size=True,
+                                               filters={"id": self.container.id})
+            return int(found[0].get("SizeRw") or 0) if found else None
         total = 0
         for root, _, files in os.walk(self._upperdir):
             for name in files:

@@ -82,6 +82,7 @@ class PersistentShell:
         self.cwd: str | None = workdir
         self.restarts = 0
         self._stop_reason = ""
+        self._discarded = 0
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self, restore: bool = False) -> None:
@@ -125,12 +126,15 @@ class PersistentShell:
                 f"printf '\\n\\036T1E{n} %d %s\\n' \"$__t1_rc\" \"$PWD\"\n")
         start = time.monotonic()
         out = HeadTailBuffer(self._max_output_bytes)
+        self._discarded = 0  # bytes read but not shown (drained after a kill); they count
         self._transport.send(line.encode())
 
         begin = self._read_until(re.compile(rb"\x1eT1S" + self._nonce + rb"\n(.*?)\x1eT1B"
                                             + self._nonce + rb"\n", re.S),
                                  start + timeout, out)
-        if begin is None:
+        if begin is None:  # what arrived counts (a background flood), though it is not shown
+            self._discarded = len(self._pending)
+            self._pending.clear()
             return self._recover(out, start, keep=[])
         keep = begin.group(1).decode(errors="replace").split()
         out.write(bytes(self._pending[:begin.start()]))
@@ -154,17 +158,23 @@ class PersistentShell:
         text = clean_output(data) if self._clean else data.decode("utf-8", errors="replace")
         return ExecResult(output=text, exit_code=exit_code, timed_out=timed_out,
                           truncated=out.truncated, duration_s=time.monotonic() - start,
-                          output_bytes=out.total, shell_restarted=restarted)
+                          output_bytes=out.total + self._discarded, shell_restarted=restarted)
 
     def _recover(self, out: HeadTailBuffer, start: float, keep: list[str]) -> ExecResult:
         """Kill the command's process groups; if the shell does not come back, replace it."""
         reason = self._stop_reason
         timed_out = reason == "timeout"
         if reason != "eof" and self.pid is not None:
-            self._run_kill_helper([str(self.pid), "children", *keep])
+            try:
+                self._run_kill_helper([str(self.pid), "children", *keep])
+            except SandboxError:  # the sandbox itself went down (gVisor: its OOM): replace all
+                reason = "the sandbox's processes were all killed"
+                return self._replace(out, start, keep, reason, timed_out)
             end_re = re.compile(rb"\n\x1eT1E" + self._nonce + rb" (\d+) ([^\n]*)\n")
-            end = self._read_until(end_re, time.monotonic() + KILL_GRACE_S, _Sink(),
+            sink = _Sink()
+            end = self._read_until(end_re, time.monotonic() + KILL_GRACE_S, sink,
                                    flush_body=True)
+            self._discarded += sink.total
             if end is not None:
                 del self._pending[:end.end()]
                 self._pending.clear()  # whatever raced in after the kill belongs to nobody
@@ -173,7 +183,12 @@ class PersistentShell:
                        }.get(reason, reason)
                 out.write(f"\n[command killed: {why}]\n".encode())
                 return self._result(out, start, exit_code=None, timed_out=timed_out)
-        # The shell itself is stuck or gone: replace it, restoring cwd and exported variables.
+        return self._replace(out, start, keep, reason, timed_out)
+
+    def _replace(self, out: HeadTailBuffer, start: float, keep: list[str], reason: str,
+                 timed_out: bool) -> ExecResult:
+        """The shell itself is stuck or gone: replace it, restoring cwd and exported
+        variables."""
         self.close()
         if self.pid is not None:
             try:
@@ -230,11 +245,13 @@ class PersistentShell:
 
 
 class _Sink:
-    """Discards output read while waiting for a killed command's marker."""
-    total = 0
+    """Discards (and counts) output read while waiting for a killed command's marker."""
+
+    def __init__(self):
+        self.total = 0
 
     def write(self, data: bytes) -> None:
-        pass
+        self.total += len(data)
 
 
 def _quote(text: str) -> str:

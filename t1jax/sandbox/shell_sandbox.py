@@ -8,10 +8,13 @@ import signal
 import threading
 import time
 
-from t1jax.sandbox.base import ExecResult, Limits, SandboxError, StorageQuotaExceeded
+from t1jax.sandbox.base import (ExecResult, Limits, OutputBudgetExceeded, SandboxError,
+                                StorageQuotaExceeded)
 from t1jax.sandbox.shell import PersistentShell
 
 MIN_CHECK_INTERVAL_S = 0.25
+# What a write into a full (kernel-capped) filesystem prints: look at the usage right away.
+DISK_FULL = ("No space left on device", "Disk quota exceeded")
 
 
 class ShellSandbox:
@@ -23,6 +26,7 @@ class ShellSandbox:
     def _init_shell_state(self) -> None:
         self._lock = threading.Lock()
         self._last_check, self._check_every, self._baseline = 0.0, MIN_CHECK_INTERVAL_S, 0
+        self.output_bytes = 0  # every command's output so far (Limits.episode_output_bytes)
 
     # -- for subclasses -----------------------------------------------------------------------
     def _open_shell(self):
@@ -58,7 +62,15 @@ class ShellSandbox:
             result = self.shell.run(cmd, timeout or self.limits.default_timeout_s)
         # SIGXFSZ: a file hit the per-file cap (= the quota), so look now, not at the next tick
         hit_file_cap = result.exit_code == 128 + signal.SIGXFSZ
-        self._check_storage(force=result.timed_out or result.exit_code is None or hit_file_cap)
+        disk_full = any(text in result.output for text in DISK_FULL)
+        self._check_storage(force=result.timed_out or result.exit_code is None or hit_file_cap
+                            or disk_full)
+        self.output_bytes += result.output_bytes
+        if self.output_bytes > self.limits.episode_output_bytes:
+            raise OutputBudgetExceeded(
+                f"sandbox {self.name}: the episode's commands printed {self.output_bytes} bytes, "
+                f"over its budget of {self.limits.episode_output_bytes} "
+                "(sandbox.episode_output_bytes)")
         return result
 
     def _storage_violation(self) -> str | None:
