@@ -13,6 +13,9 @@ BASE_IMAGE=${T1JAX_BASE_IMAGE:-t1jax/base:bookworm}
 BASE_PACKAGES=python3,python3-pytest,python3-pip,python3-venv,python3-setuptools,procps,psmisc,git,sqlite3,jq,make,gcc,libc6-dev,patch,file,bzip2,xz-utils,zip,unzip,gawk,bc,tree,less,ca-certificates
 # The image and the rootfs are rebuilt when the package list changes (their label/stamp differ).
 BASE_STAMP=$(printf %s "$BASE_PACKAGES" | sha256sum | cut -c1-12)
+# The image's label: the rootfs's stamp plus what the import adds (a file in /tmp: gVisor mounts
+# a tmpfs over an empty /tmp, and files there would miss the verifier's snapshot).
+IMAGE_STAMP=$BASE_STAMP-tmp
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[31m[setup] ERROR:\033[0m %s\n' "$*" >&2; exit 1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
@@ -70,8 +73,10 @@ register_runsc() {
     "$(command -v runsc)" > "$T1JAX_DIR/daemon.json"
 }
 # Docker's overlay2 driver enforces `--storage-opt size` only on XFS with project quotas, which
-# this kernel lacks; its btrfs driver enforces it with qgroups. So the daemon we start keeps its
-# data on a loop-mounted btrfs file (sparse: it takes only what is used).
+# this kernel lacks; its btrfs driver enforces it with qgroups. T1JAX_STORAGE_QUOTA=1 makes the
+# daemon we start keep its data on a loop-mounted btrfs file (sparse: it takes only what is used).
+# Off by default: a sandbox's life cycle is about 5x slower on it (BENCHMARKS.md). The storage
+# tests start their own btrfs daemon, so btrfs-progs is installed either way.
 prepare_btrfs_root() {
   local image=$T1JAX_DIR/docker.btrfs root=$T1JAX_DIR/docker-btrfs
   mkdir -p "$root"
@@ -103,10 +108,12 @@ else
     mkdir -p "$T1JAX_DIR"
     args=(--bridge=none --iptables=false --ip-masq=false)
     if register_runsc; then args+=(--config-file "$T1JAX_DIR/daemon.json"); fi
-    if [ "${T1JAX_STORAGE_QUOTA:-1}" = 1 ] && prepare_btrfs_root; then
-      args+=(--data-root "$T1JAX_DIR/docker-btrfs" --storage-driver btrfs)
-    else
-      log "WARNING: no btrfs data-root (needs loop devices and btrfs): storage quotas fall back to the watchdog (see BUILD.md, Sandbox security)"
+    if [ "${T1JAX_STORAGE_QUOTA:-0}" = 1 ]; then
+      if prepare_btrfs_root; then
+        args+=(--data-root "$T1JAX_DIR/docker-btrfs" --storage-driver btrfs)
+      else
+        log "WARNING: no btrfs data-root (needs loop devices and btrfs): storage quotas fall back to the watchdog (see BUILD.md, Sandbox security)"
+      fi
     fi
     log "starting dockerd ${args[*]} (no bridge: sandboxes get no network)"
     nohup dockerd "${args[@]}" >/var/log/t1jax-dockerd.log 2>&1 &
@@ -118,11 +125,16 @@ else
   fi
 fi
 
+if [ "${T1JAX_SKIP_DOCKER:-0}" != 1 ] && ! command -v mkfs.btrfs >/dev/null; then
+  log "installing btrfs-progs (the kernel storage-quota tests run a btrfs Docker daemon)"
+  apt_install btrfs-progs || log "WARNING: could not install btrfs-progs; the kernel storage-quota tests will not run"
+fi
+
 # --- 3. Sandbox base image / rootfs -----------------------------------------------------------
 ROOTFS=${T1JAX_ROOTFS:-$HOME/.cache/t1jax/rootfs-bookworm}
 rootfs_ok() { [ -x "$ROOTFS/usr/bin/python3" ] && [ "$(cat "$ROOTFS.stamp" 2>/dev/null)" = "$BASE_STAMP" ]; }
 image_ok() {
-  [ "$(docker image inspect -f '{{index .Config.Labels "t1jax.base.packages"}}' "$BASE_IMAGE" 2>/dev/null)" = "$BASE_STAMP" ]
+  [ "$(docker image inspect -f '{{index .Config.Labels "t1jax.base.packages"}}' "$BASE_IMAGE" 2>/dev/null)" = "$IMAGE_STAMP" ]
 }
 build_rootfs() {
   command -v debootstrap >/dev/null || apt_install debootstrap || die "debootstrap missing; apt-get install debootstrap"
@@ -140,8 +152,9 @@ if [ "${T1JAX_SKIP_DOCKER:-0}" = 1 ]; then
 elif ! image_ok; then
   rootfs_ok || build_rootfs
   log "importing $ROOTFS as $BASE_IMAGE"
+  as_root sh -c "echo 'keeps /tmp on disk under gVisor' > '$ROOTFS/tmp/.t1jax-keep'"
   tar -C "$ROOTFS" -c . | docker import -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    -c 'CMD ["/bin/bash"]' -c "LABEL t1jax.base.packages=$BASE_STAMP" - "$BASE_IMAGE" >/dev/null \
+    -c 'CMD ["/bin/bash"]' -c "LABEL t1jax.base.packages=$IMAGE_STAMP" - "$BASE_IMAGE" >/dev/null \
     || die "docker import of the base image failed"
 fi
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from t1jax.metrics_log import read_jsonl
+from t1jax.sandbox.output import strip_ansi
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_PHASES = ("pool", "oracle", "sft", "warmup")
@@ -30,7 +30,7 @@ class ArmFailed(RuntimeError):
 
 def _readable(text: str, limit: int = 3000) -> str:
     """The tail of a run's stderr without terminal control codes (its progress bars)."""
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    text = strip_ansi(text)
     return "\n".join(line for line in text.splitlines() if line.strip())[-limit:]
 
 

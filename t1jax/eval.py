@@ -187,16 +187,22 @@ def _cell(text: str, n: int = 200) -> str:
 
 # -- trial records -------------------------------------------------------------------------------
 
+def mask_runs(loss_mask) -> list[tuple[int, int, bool]]:
+    """Maximal runs of equal mask as (start, end, trained)."""
+    mask = [bool(m) for m in loss_mask]
+    runs, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            runs.append((start, i, mask[start]))
+            start = i
+    return runs
+
+
 def segments(tokens, loss_mask, tokenizer) -> list[dict]:
     """The sequence decoded in maximal runs of equal loss mask (special tokens kept)."""
-    out, start = [], 0
-    for i in range(1, len(tokens) + 1):
-        if i == len(tokens) or bool(loss_mask[i]) != bool(loss_mask[start]):
-            out.append({"text": tokenizer.decode([int(t) for t in tokens[start:i]],
-                                                 skip_special_tokens=False),
-                        "trained": bool(loss_mask[start])})
-            start = i
-    return out
+    return [{"text": tokenizer.decode([int(t) for t in tokens[start:end]],
+                                      skip_special_tokens=False), "trained": trained}
+            for start, end, trained in mask_runs(loss_mask[:len(tokens)])]
 
 
 class _CapturingSandbox:

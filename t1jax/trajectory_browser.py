@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from t1jax.eval import failure_mode, sample_name, segments
+from t1jax.eval import failure_mode, mask_runs, sample_name, segments
 from t1jax.rollout.chat import IM_END, IM_START
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.tito import encode_plain
@@ -176,17 +176,6 @@ def conversation_text(trial: dict, max_chars: int = 600) -> str:
 
 
 # -- the loss mask -------------------------------------------------------------------------------
-
-def mask_runs(loss_mask) -> list[tuple[int, int, bool]]:
-    """Maximal runs of equal mask as (start, end, trained)."""
-    mask = [bool(m) for m in loss_mask]
-    runs, start = [], 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[start]:
-            runs.append((start, i, mask[start]))
-            start = i
-    return runs
-
 
 def mask_counts(sample: Sample) -> dict:
     """Total and trained tokens, and per model turn: the context before it (prompt or

@@ -59,8 +59,8 @@ def runtime(request, docker_client):
 
 @pytest.fixture
 def make_sandbox(docker_client, runtime):
-    """A factory of unstarted DockerSandboxes of the base image under `runtime`; Limits fields
-    and DockerSandbox options (user=...) as keywords."""
+    """A factory of unstarted DockerSandboxes (of the base image unless `image=`) under
+    `runtime`; Limits fields and DockerSandbox options (user=...) as keywords."""
     import dataclasses
     import uuid
 
@@ -69,10 +69,10 @@ def make_sandbox(docker_client, runtime):
     from t1jax.sandbox.images import LOCAL_BASE_IMAGE
     limit_names = {f.name for f in dataclasses.fields(Limits)}
 
-    def make(**kwargs):
+    def make(image=LOCAL_BASE_IMAGE, **kwargs):
         limits = Limits(**{k: v for k, v in kwargs.items() if k in limit_names})
         options = {k: v for k, v in kwargs.items() if k not in limit_names}
-        return DockerSandbox(LOCAL_BASE_IMAGE, limits=limits, client=docker_client,
+        return DockerSandbox(image, limits=limits, client=docker_client,
                              run_id=f"test-{uuid.uuid4().hex[:8]}", runtime=runtime, **options)
     return make
 

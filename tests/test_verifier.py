@@ -175,6 +175,20 @@ def test_oracle_passes_every_assertion_and_snapshot_is_removed(docker_backend, b
     assert f"t1jax-snapshot:{seen['name']}" not in snapshots
 
 
+@pytest.mark.slow
+def test_oracle_and_tamper_under_each_runtime(docker_backend, built, log_task, runtime):
+    """The whole trial path (task image, agent sandbox, snapshot, verifier sandbox with the
+    read-only tests) under each runtime: the oracle scores every assertion, and rewritten tests
+    are caught."""
+    from t1jax.sandbox.docker_backend import DockerBackend
+    backend = DockerBackend(runtime=runtime)
+    report = episode(backend, built, log_task, agent="oracle")
+    assert report.error is None and report.total >= 4 and report.passed == report.total
+    tampered = episode(backend, built, log_task, actions=[
+        "mkdir -p /tests && printf 'def test_fake():\\n    pass\\n' > /tests/test_outputs.py"])
+    assert tampered.tampered and not tampered.solved
+
+
 def test_do_nothing_fails_every_goal_assertion(nothing_report):
     report = nothing_report
     assert report.error is None, report.log

@@ -303,7 +303,7 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             continue
         if context.policy == "summary" and budget - after < summary_room:
             # this output and a summary do not both fit: the summary turn sees a stub of it
-            observations = ctx.elide([ctx.Turn([], observations)], keep=0)[0].observations
+            observations = ctx.stub(observations)
             after = len(chunk.builder.tokens) + len(encode_observation(tokenizer, observations))
         if context.policy == "summary" and budget - after >= summary_room:
             chunk.builder.add_observation(observations, note=ctx.SUMMARY_REQUEST)

@@ -99,11 +99,16 @@ def _prefix(tok: Tokenizer, system: str, instruction: str) -> list[int]:
     return tok.encode(render_prefix(system, instruction), add_special_tokens=False).ids
 
 
+def stub(observations: list[str]) -> list[str]:
+    """One turn's tool outputs as a single stub naming their size."""
+    return [ELIDED.format(size=sum(len(o.encode()) for o in observations))]
+
+
 def elide(turns: list[Turn], keep: int) -> list[Turn]:
     """Every turn's tool output but the newest `keep` turns' replaced by a stub naming its size."""
     cut = len(turns) - keep
-    return [Turn(t.reply_ids, [ELIDED.format(size=sum(len(o.encode()) for o in t.observations))],
-                 True) if i < cut and not t.elided else t for i, t in enumerate(turns)]
+    return [Turn(t.reply_ids, stub(t.observations), True) if i < cut and not t.elided else t
+            for i, t in enumerate(turns)]
 
 
 def replay_prompt(tok: Tokenizer, system: str, instruction: str, turns: list[Turn], *,

@@ -47,6 +47,12 @@ class HeadTailBuffer:
         return bytes(self._head) + marker + tail
 
 
+def strip_ansi(text: str) -> str:
+    """Text without terminal escape sequences (colours, cursor moves, titles)."""
+    return _ANSI.sub(b"", text.encode("utf-8", "surrogateescape")).decode("utf-8",
+                                                                          "surrogateescape")
+
+
 def clean_output(data: bytes) -> str:
     """Bytes -> text a model can read: invalid UTF-8 replaced, ANSI escapes removed, CRLF -> LF,
     and a line redrawn with bare carriage returns (progress bars) keeps only its last state."""

@@ -26,6 +26,7 @@ from t1jax.sandbox.output import HeadTailBuffer, clean_output
 
 STATE_FILE = "/tmp/.t1jax_shell_env"
 KILL_GRACE_S = 2.0
+RESTART_ATTEMPTS = 3
 LIMIT_CHECK_INTERVAL_S = 0.25  # how often check_limits runs while a command runs
 
 # Run as root inside the sandbox: kill the process groups of the shell's children except the
@@ -196,7 +197,14 @@ class PersistentShell:
             except SandboxError:
                 pass
         self.restarts += 1
-        self.start(restore=True)
+        for attempt in range(RESTART_ATTEMPTS):
+            try:
+                self.start(restore=True)
+                break
+            except SandboxError:  # a sandbox going down (kill -9 -1) can take the new shell too
+                if attempt + 1 == RESTART_ATTEMPTS:
+                    raise
+                time.sleep(0.5)
         why = {"eof": "the shell exited", "timeout": "timed out",
                "flood": "output flood"}.get(reason, reason)
         out.write(f"\n[{why}; a new shell was started in {self.cwd}]\n".encode())
