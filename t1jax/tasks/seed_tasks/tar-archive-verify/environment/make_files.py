@@ -1,4 +1,5 @@
 """Deterministically create /app/project and /app/incoming (fixed seed)."""
+import gzip
 import hashlib
 import io
 import os
@@ -42,7 +43,9 @@ os.makedirs(I, exist_ok=True)
 sums = []
 for n in (1, 2, 3):
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
+    # gzip's header holds a timestamp: fix it, or every image build gets different archives
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name, text in [(f"release/VERSION", f"{n}.0.0\n"),
                            (f"release/config/app.conf", f"# release {n}\nport = {8000 + n}\nworkers = {n * 2}\n"),
                            (f"release/config/other.conf", "x = 1\n"),

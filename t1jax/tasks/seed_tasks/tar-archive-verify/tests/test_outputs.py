@@ -11,7 +11,7 @@ EXPECTED_FILES = sorted([
     "project/src/changelog.log.md", "project/src/logs/keep.txt", "project/src/main.py",
     "project/src/util/strings.py",
 ])
-INPUT_SHA256 = "f3aba31a5593a2d188f4b61b9b8baf7d323c82b275ab737295aae033fc0c5a36"
+INPUT_SHA256 = "0a5cef27317adc8e718bbcea980756826a1290c51ba39e7ae5e13ccc71fe3751"
 
 
 def _sha(data):
