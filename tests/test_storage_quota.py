@@ -11,17 +11,13 @@ import time
 
 import pytest
 
+from conftest import _unavailable
+
 from t1jax.sandbox.base import Limits, StorageQuotaExceeded
 from t1jax.sandbox.images import LOCAL_BASE_IMAGE
 
 pytestmark = pytest.mark.slow
 docker_sdk = pytest.importorskip("docker")
-
-
-def _unavailable(reason: str):
-    if os.environ.get("T1JAX_REQUIRE_DOCKER") == "1":
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")

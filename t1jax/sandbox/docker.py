@@ -4,7 +4,7 @@ The container runs `sleep infinity` under Docker's init (which reaps zombies); t
 a `docker exec` whose stdin/stdout we hold as a socket. Labels name the owning process so that
 `reaper.reap()` removes what a killed run left behind.
 
-Storage: on a daemon with the btrfs storage driver (what scripts/setup.sh starts) the kernel caps
+Storage: on a daemon with the btrfs storage driver (T1JAX_STORAGE_QUOTA=1 scripts/setup.sh) the kernel caps
 the container's writes (`--storage-opt size`, a btrfs qgroup); elsewhere only the watchdog in
 ShellSandbox does, between its checks. Either way a sandbox over its quota raises
 StorageQuotaExceeded. The runtime is the daemon's default (runc) or one it registers (runsc).
