@@ -58,6 +58,9 @@ def context_config(rollouts: ml_collections.ConfigDict) -> ml_collections.Config
     """Context management for episodes longer than one context window
     (t1jax/rollout/context.py); "none" keeps one chunk as long as the trial (rl.max_length)."""
     rollouts.compaction = "none"  # none | stop | elide | summary
+    # tokens per trial, all chunks together (0: rl.max_length, one training row); larger needs a
+    # compaction policy, and the trainer then splits a trial over rows at chunk boundaries
+    rollouts.trial_tokens = 0
     rollouts.context_tokens = 0  # tokens per chunk (0: the model's positions, the engine's cache)
     rollouts.compaction_reserve = 0  # free tokens a turn needs (0: max_new_tokens)
     rollouts.keep_observations = 1  # elide: the newest tool outputs kept whole

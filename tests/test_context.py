@@ -116,6 +116,19 @@ def reward_reaches_every_chunk(traj, reward: float = 0.75):
         assert (batch.positions[0, start:end] == np.arange(end - start)).all()
         assert len(set(batch.segment_ids[0, start:end])) == 1
     assert len(set(batch.segment_ids[0, :used])) == len(traj.chunk_starts)
+    # the same trial in rows of its longest chunk (the trainer splits it at chunk boundaries):
+    # the links carry the reward back to every chunk in every row
+    row_len = 1 << int(np.ceil(np.log2(max(end - start for start, end in chunks(traj)))))
+    if row_len < length:
+        packed = pack([sample], buckets=[row_len], num_layers=traj.routes.shape[1],
+                      top_k=traj.routes.shape[2])
+        b = packed.batch
+        assert len(packed.placements) > 1 and (b.continues_at >= 0).any()
+        _, returns = ppo.gae(jnp.asarray(b.rewards), jnp.zeros(b.shape),
+                             jnp.asarray(b.loss_mask), jnp.asarray(b.trial_ids), 1.0, 1.0,
+                             jnp.asarray(b.continues_at))
+        np.testing.assert_allclose(np.asarray(returns)[b.loss_mask > 0], reward, rtol=1e-6)
+        assert int((b.loss_mask > 0).sum()) == int((batch.loss_mask > 0).sum())
 
 
 # -- the policies --------------------------------------------------------------------------------
@@ -160,7 +173,44 @@ def test_summary_asks_the_policy_and_continues_from_its_words(tok, task, shared_
     assert ctx.SUMMARY_REQUEST in first  # asked in the chunk that filled up ...
     second = tok.decode(traj.tokens[traj.chunk_starts[1]:], skip_special_tokens=False)
     assert ctx.SUMMARY_HEADER in second and "printf" in second  # ... answered in the next
+    # which shows again the output the summary was written from
+    assert ctx.LAST_OUTPUT in second and "line 3" in second.split(ctx.LAST_OUTPUT)[1]
     assert summaries[0].commands == []  # a summary's tool calls do not run
+
+
+def _stubbed_outputs(tok, traj) -> int:
+    return sum(tok.decode(traj.tokens[a:b], skip_special_tokens=False).count("[output elided")
+               for a, b in chunks(traj))
+
+
+def test_the_automatic_reserve_leaves_room_for_the_largest_output(tok, task, shared_box):
+    """With outputs much longer than a reply, a reserve of the reply budget alone fills a chunk
+    so far that the next output and the summary request no longer fit (the summary turn then
+    sees only a stub); the automatic reserve (reply + largest output) compacts a turn earlier."""
+    command = "seq 100000 100015"  # 139 tokens of output per turn, the reply 35
+    runs = {}
+    for reserve in (SAMPLING.max_new_tokens, 0):
+        engine, traj, budget = scripted(tok, task, shared_box, "summary", extra=600, turns=12,
+                                        command=command, reserve=reserve, summary_tokens=40)
+        check_consistent(traj, engine.prompts, budget)
+        assert traj.compactions >= 1 and traj.turns == 12
+        runs[reserve] = _stubbed_outputs(tok, traj)
+    assert runs[SAMPLING.max_new_tokens] >= 1 and runs[0] == 0, runs
+    assert ctx.auto_reserve(32, 0, 1000) == 32
+    assert ctx.auto_reserve(32, 120, 1000) == 152
+    assert ctx.auto_reserve(32, 900, 1000) == 500  # at most half the room
+    assert ctx.auto_reserve(32, 900, 40) == 32  # never less than a reply
+
+
+def test_summary_prompt_shows_the_last_output_whole_as_a_stub_or_not_at_all(tok):
+    out = ["x" * 400]
+    whole = ctx.summary_prompt(tok, SYSTEM, "do it", "did things", out)
+    stubbed = ctx.summary_prompt(tok, SYSTEM, "do it", "did things", out, limit=len(whole) - 1)
+    bare = ctx.summary_prompt(tok, SYSTEM, "do it", "did things", out, limit=10)
+    assert len(bare) < len(stubbed) < len(whole)
+    assert "[output elided: 400 bytes]" in tok.decode(stubbed) and ctx.LAST_OUTPUT not in \
+        tok.decode(bare)
+    assert bare == ctx.summary_prompt(tok, SYSTEM, "do it", "did things")
 
 
 def test_the_trial_budget_still_bounds_all_chunks(tok, task, shared_box):
@@ -278,3 +328,15 @@ def test_real_engine_chunks_replay_exactly_in_the_trainer_forward(tok, task, sha
     trained = batch.loss_mask[0, 1:] > 0
     assert trained.sum() == mask.sum()  # no chunk starts on a sampled id here
     np.testing.assert_allclose(packed[trained], batch.rollout_logprobs[0, 1:][trained], atol=2e-4)
+    # the same trial split over rows of one chunk's length: every row's forward still
+    # reproduces the sampled log-probs, and every sampled id is trained once
+    rows = pack([sample], buckets=[1 << int(np.ceil(np.log2(budget)))],
+                num_layers=cfg.num_hidden_layers, top_k=cfg.num_experts_per_tok)
+    b = rows.batch
+    assert len(rows.placements) > 1 and int(b.loss_mask.sum()) == int(mask.sum())
+    logits = model(jnp.asarray(b.tokens), jnp.asarray(b.positions),
+                   jnp.asarray(b.segment_ids)).logits.astype(jnp.float32)
+    lp = np.asarray(jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1)[:, :-1],
+                                        jnp.asarray(b.tokens)[:, 1:, None], axis=-1)[..., 0])
+    trained = b.loss_mask[:, 1:] > 0
+    np.testing.assert_allclose(lp[trained], b.rollout_logprobs[:, 1:][trained], atol=2e-4)

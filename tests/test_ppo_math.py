@@ -488,3 +488,99 @@ def test_explained_variance_is_nan_for_constant_returns():
     mask = jnp.ones((2, 5))
     returns = jnp.full((2, 5), 0.5)
     assert np.isnan(float(ppo.explained_variance(returns * 0.3, returns, mask)))
+
+
+# -- a trial longer than a row: split at chunk boundaries, GAE linked across rows ---------------
+
+
+def chunked_sample(seed, n, chunk_starts, reward=None, task="t"):
+    """A multi-chunk trial: each chunk a prompt then two sampled replies."""
+    s = make_sample(n, seed, chunk_starts=chunk_starts, reward=reward, task=task)
+    mask = np.zeros(n, np.int8)
+    for c0, c1 in zip(chunk_starts, list(chunk_starts[1:]) + [n]):
+        m = c1 - c0
+        mask[c0 + m // 3: c0 + m // 2] = 1
+        mask[c0 + (3 * m) // 4: c1] = 1
+    s.loss_mask = mask
+    s.rollout_logprobs = np.where(mask, s.rollout_logprobs - 0.1, 0.0).astype(np.float32)
+    return s
+
+
+def test_pack_splits_a_long_trial_into_rows_of_whole_chunks():
+    s = chunked_sample(0, 100, [0, 30, 55, 80], reward=0.75)
+    short = make_sample(20, 1)
+    packed = do_pack([s, short])
+    b = packed.batch
+    assert b.shape[1] == 64
+    pieces = [(p, c) for p, c in zip(packed.placements, packed.piece_starts) if p[0] == 0]
+    assert [c for _, c in pieces] == [0, 55]  # chunks 0:30 + 30:55 fit 64, then 55:100
+    (_, r0, s0, e0), (_, r1, s1, e1) = (p for p, _ in pieces)
+    assert r0 != r1 and (e0 - s0, e1 - s1) == (55, 45)
+    np.testing.assert_array_equal(b.tokens[r0, s0:e0], s.tokens[:55])
+    np.testing.assert_array_equal(b.tokens[r1, s1:e1], s.tokens[55:])
+    np.testing.assert_array_equal(b.routes[r1, s1:e1], s.routes[55:])
+    np.testing.assert_array_equal(b.positions[r1, s1:e1],
+                                  np.concatenate([np.arange(25), np.arange(20)]))
+    np.testing.assert_array_equal(b.loss_mask[r1, s1:e1], expected_mask(s)[55:])
+    # the reward is on the trial's last sampled token only, in its last piece
+    assert b.rewards[r0].sum() == 0 and b.rewards[r1, e1 - 1] == pytest.approx(0.75)
+    # every token of the first piece links to the second piece's first sampled token
+    first = r1 * 64 + s1 + int(np.flatnonzero(b.loss_mask[r1, s1:e1])[0])
+    assert np.all(b.continues_at[r0, s0:e0] == first)
+    assert np.sum(b.continues_at >= 0) == e0 - s0  # nothing else links anywhere
+    # one trial id per piece in its row: GAE never runs from one row's piece into a neighbour
+    assert len(set(b.trial_ids[r0, s0:e0])) == 1 and len(set(b.trial_ids[r1, s1:e1])) == 1
+
+
+def test_pack_refuses_a_single_chunk_longer_than_a_row():
+    s = chunked_sample(0, 110, [0, 20, 90], task="long-chunk-")
+    with pytest.raises(OverlongSample, match=r"long-chunk-0.*chunk of 70 tokens \(tokens 20:90\)"):
+        do_pack([s])
+    assert [i for i, _ in do_pack([s, make_sample(9, 1)], overlong="drop").dropped] == [0]
+
+
+def _per_sample(packed, field, samples):
+    """field [B, L] back to each sample's token positions (NaN where nothing was packed)."""
+    out = [np.full(len(s.tokens), np.nan) for s in samples]
+    for (i, row, start, end), c in zip(packed.placements, packed.piece_starts):
+        out[i][c:c + end - start] = np.asarray(field)[row, start:end]
+    return out
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.99, 0.95), (0.9, 0.7), (1.0, 0.0)])
+def test_gae_of_a_trial_split_over_rows_equals_gae_in_one_row(gamma, lam):
+    """However a trial is cut into rows (and mixed with other trials), every token's advantage
+    and return are the ones GAE gives the whole trial in one row."""
+    rng = np.random.RandomState(3)
+    samples = [chunked_sample(0, 150, [0, 30, 62, 80, 101, 130]),
+               chunked_sample(1, 90, [0, 40, 61]), make_sample(25, 2), make_sample(40, 3),
+               chunked_sample(4, 200, [0, 50, 99, 150])]
+    values = [rng.randn(len(s.tokens)).astype(np.float32) for s in samples]
+
+    def run(buckets):
+        packed = do_pack(samples, buckets=buckets)
+        v = np.zeros(packed.batch.shape, np.float32)
+        for (i, row, start, end), c in zip(packed.placements, packed.piece_starts):
+            v[row, start:end] = values[i][c:c + end - start]
+        b = packed.batch
+        adv, ret = ppo.gae(jnp.asarray(b.rewards), jnp.asarray(v), jnp.asarray(b.loss_mask),
+                           jnp.asarray(b.trial_ids), gamma, lam, jnp.asarray(b.continues_at))
+        return packed, _per_sample(packed, adv, samples), _per_sample(packed, ret, samples)
+
+    whole, adv1, ret1 = run((256,))
+    split, adv2, ret2 = run((16, 32, 64))
+    assert len(whole.placements) == len(samples) and len(split.placements) >= len(samples) + 5
+    for i, s in enumerate(samples):
+        m = expected_mask(s)[:len(adv1[i])] > 0
+        m &= ~np.isnan(adv1[i])
+        np.testing.assert_allclose(adv2[i][m], adv1[i][m], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ret2[i][m], ret1[i][m], rtol=1e-5, atol=1e-5)
+        if gamma == lam == 1.0:  # Monte Carlo: every sampled token's return is the reward
+            np.testing.assert_allclose(ret2[i][m], s.reward, rtol=1e-5)
+    # without the links, the pieces before a trial's last would never see its reward
+    b = split.batch
+    linked = (b.continues_at >= 0) & (b.loss_mask > 0)
+    for links in (None, jnp.asarray(b.continues_at)):
+        _, ret = ppo.gae(jnp.asarray(b.rewards), jnp.zeros(b.shape), jnp.asarray(b.loss_mask),
+                         jnp.asarray(b.trial_ids), 1.0, 1.0, links)
+        assert (np.asarray(ret)[linked] != 0).all() == (links is not None)

@@ -5,7 +5,6 @@ hog, disk filler, output flood, loops, host files, network) is in test_sandbox_d
 """
 
 import errno
-import os
 import re
 import socket
 import subprocess

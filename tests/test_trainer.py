@@ -495,3 +495,36 @@ def test_value_head_init_zeros_by_default_and_uniform_like_torch_linear_on_reque
                                       for k, v in flat(uniform["model"]).items())
     with pytest.raises(ValueError, match="value_head_init"):
         Settings.from_config({"value_head_init": "normal"})
+
+
+def test_a_trial_split_over_rows_gets_the_values_and_advantages_of_one_row(single):
+    """A multi-chunk trial too long for a row is cut into rows of whole chunks: the real critic
+    gives every sampled token the value it gets with the trial in one row (attention stays in
+    the chunk, positions restart), and the linked GAE gives the same advantages."""
+    long, short = make_samples(5, lengths=[100, 30])
+    long = dataclasses.replace(long, chunk_starts=[0, 30, 55, 80])
+    samples = [long, short]
+
+    def run(buckets):
+        packed = pack(samples, buckets=buckets, num_layers=LAYERS, top_k=K)
+        b = packed.batch
+        values = np.asarray(_critic_values(single.critic_def, single.state.critic, b))
+        adv, _ = ppo.gae(b.rewards, values, b.loss_mask, b.trial_ids, 1.0, 0.9, b.continues_at)
+        out = {}
+        for (i, row, start, end), c in zip(packed.placements, packed.piece_starts):
+            here = slice(start, end)
+            for name, x in (("values", values), ("adv", np.asarray(adv)), ("mask", b.loss_mask)):
+                out.setdefault((name, i), np.zeros(len(samples[i].tokens)))[c:c + end - start] \
+                    = x[row, here]
+        return packed, out
+
+    one, a = run([128])
+    split, b = run([32, 64])
+    assert one.batch.shape[1] == 128 and split.batch.shape[1] == 64
+    assert len({row for i, row, _, _ in split.placements if i == 0}) == 2
+    for i in range(2):
+        m = a["mask", i] > 0
+        np.testing.assert_array_equal(b["mask", i], a["mask", i])
+        assert np.abs(a["values", i][m]).max() > 1e-3  # the trained head says something
+        np.testing.assert_allclose(b["values", i][m], a["values", i][m], atol=2e-5)
+        np.testing.assert_allclose(b["adv", i][m], a["adv", i][m], atol=5e-5)

@@ -115,10 +115,15 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
     else:
         raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
     sampling = SamplingParams(temperature=config.rl.temperature, max_new_tokens=r.max_new_tokens)
+    trial_tokens = r.get("trial_tokens", 0) or config.rl.max_length
+    if trial_tokens > config.rl.max_length and r.get("compaction", "none") == "none":
+        raise UsageError(f"config.rollouts.trial_tokens={trial_tokens} is more than one training "
+                         f"row (rl.max_length={config.rl.max_length}): it needs a compaction "
+                         "policy (config.rollouts.compaction), whose chunks each fit a row")
     trial = episode_trial(backend, engine, tok, {t.task_id: t for t in tasks}, scale=scale,
                           sampling=sampling, limits=limits, run_id=f"train-{workdir.name}",
                           verifier_mode=config.verifier.mode, max_turns=r.max_turns,
-                          max_tokens=config.rl.max_length,
+                          max_tokens=trial_tokens,
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,
                           tito=r.tito,

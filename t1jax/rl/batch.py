@@ -8,6 +8,12 @@ one chunk (a trial split by context compaction is several chunks, positions rest
 `trial_ids` tells GAE where one trial ends, so credit flows across a trial's chunks but never
 between trials.
 
+A trial longer than a row is split at chunk boundaries into pieces, each in a row of its own
+(whole chunks only: a chunk never straddles rows). `continues_at` links every token of a piece
+to the flat index (row * length + column) of the next piece's first sampled token, where GAE
+picks up the bootstrap value and the next piece's advantage (ppo.gae): the advantages are
+exactly those of the trial in one row, however it was split.
+
 Nothing that trains is truncated: a sample longer than the largest bucket is an error naming
 its task (or, with overlong="drop", left out and counted in `Packed.dropped`). Only the tail
 after a sample's last sampled token (observation glue no loss ever reads) is left out.
@@ -32,6 +38,7 @@ class Batch:
     rollout_logprobs: np.ndarray  # float32 [B, L]
     routes: np.ndarray  # int32 [B, L, layers, k], -1 = not recorded
     rewards: np.ndarray  # float32 [B, L], the trial's reward on its last sampled id
+    continues_at: np.ndarray  # int32 [B, L], -1, or where the trial's next piece starts
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -41,9 +48,11 @@ class Batch:
 @dataclasses.dataclass
 class Packed:
     batch: Batch
-    placements: list[tuple[int, int, int, int]]  # (sample index, row, start, end)
+    placements: list[tuple[int, int, int, int]]  # (sample index, row, start, end) per piece
     dropped: list[tuple[int, str]]  # (sample index, why) for overlong="drop"
     fixed_chunk_starts: int  # chunk-first tokens whose mask was 1 (cannot be predicted): zeroed
+    piece_starts: list[int] = dataclasses.field(default_factory=list)  # per placement: where
+    #                                         its piece starts in the sample (0 unless split)
 
 
 class OverlongSample(ValueError):
@@ -79,6 +88,30 @@ def _used_length(sample) -> int:
     return int(sampled[-1]) + 1 if len(sampled) else len(sample.tokens)
 
 
+def _pieces(sample, limit: int) -> list[tuple[int, int]] | str:
+    """[(start, end)] of a sample in consecutive runs of whole chunks, each at most `limit`
+    tokens (one piece if the sample fits), each cut after its last sampled id; or why not."""
+    n = _used_length(sample)
+    if n <= limit:
+        return [(0, n)]
+    bounds = [int(c) for c in sample.chunk_starts if c < n] + [n]
+    if len(bounds) == 2:
+        return f"has {n} tokens in one chunk"
+    pieces, start = [], 0
+    for c0, c1 in zip(bounds[:-1], bounds[1:]):
+        if c1 - c0 > limit:
+            return f"has a chunk of {c1 - c0} tokens (tokens {c0}:{c1})"
+        if c1 - start > limit:
+            pieces.append((start, c0))
+            start = c0
+    pieces.append((start, n))
+    trimmed = []
+    for a, b in pieces:
+        sampled = np.flatnonzero(sample.loss_mask[a:b])
+        trimmed.append((a, a + int(sampled[-1]) + 1 if len(sampled) else b))
+    return trimmed
+
+
 REWARDS = ("dense", "binary")
 
 
@@ -105,33 +138,37 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
     if overlong not in ("error", "drop"):
         raise ValueError(f"overlong must be 'error' or 'drop', got {overlong!r}")
     limit = max(buckets)
-    kept, dropped = [], []
+    kept, dropped, pieces_of = [], [], {}
     for i, s in enumerate(samples):
-        n = _used_length(s)
-        if n > limit:
+        pieces = _pieces(s, limit)
+        if isinstance(pieces, str):
             why = (f"sample {i} (task {s.metadata.get('task_id', '?')}, attempt "
-                   f"{s.metadata.get('attempt', '?')}) has {n} tokens, more than the largest "
+                   f"{s.metadata.get('attempt', '?')}) {pieces}, more than the largest "
                    f"bucket {limit}; raise rl.max_length or compact the context (never truncated)")
             if overlong == "error":
                 raise OverlongSample(why)
             dropped.append((i, why))
-        elif n:
+        elif _used_length(s):
             kept.append(i)
+            pieces_of[i] = pieces
+        if i in pieces_of and s.routes.shape[1:] != (num_layers, top_k):
+            raise ValueError(f"sample {i} (task {s.metadata.get('task_id', '?')}) has routes of "
+                             f"shape {s.routes.shape[1:]}, the model has ({num_layers}, {top_k})")
     if not kept:
         raise ValueError("no sample to train on" + (f": all {len(dropped)} were overlong"
                                                     if dropped else ""))
-    length = pick_bucket(max(_used_length(samples[i]) for i in kept), buckets)
+    items = [(i, j, a, b) for i in kept for j, (a, b) in enumerate(pieces_of[i])]
+    length = pick_bucket(max(b - a for _, _, a, b in items), buckets)
     rows_fill: list[int] = []
-    row_of: dict[int, tuple[int, int]] = {}
-    for i in sorted(kept, key=lambda i: -_used_length(samples[i])):
-        n = _used_length(samples[i])
-        row = next((r for r, used in enumerate(rows_fill) if used + n <= length), None) \
+    where: dict[tuple[int, int], tuple[int, int]] = {}  # (sample, piece) -> (row, start)
+    for i, j, a, b in sorted(items, key=lambda item: item[2] - item[3]):
+        row = next((r for r, used in enumerate(rows_fill) if used + b - a <= length), None) \
             if packing else None
         if row is None:
             rows_fill.append(0)
             row = len(rows_fill) - 1
-        row_of[i] = (row, rows_fill[row])
-        rows_fill[row] += n
+        where[i, j] = (row, rows_fill[row])
+        rows_fill[row] += b - a
     rows = _round_rows(len(rows_fill), row_multiple)
     arrays = dict(
         tokens=np.zeros((rows, length), np.int32), positions=np.zeros((rows, length), np.int32),
@@ -140,22 +177,20 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         loss_mask=np.zeros((rows, length), np.float32),
         rollout_logprobs=np.zeros((rows, length), np.float32),
         routes=np.full((rows, length, num_layers, top_k), -1, np.int32),
-        rewards=np.zeros((rows, length), np.float32))
+        rewards=np.zeros((rows, length), np.float32),
+        continues_at=np.full((rows, length), -1, np.int32))
     next_segment, next_trial = [1] * rows, [1] * rows
-    placements, fixed = [], 0
-    for i in kept:
-        s, (row, start) = samples[i], row_of[i]
-        n = _used_length(s)
-        end = start + n
-        if s.routes.shape[1:] != (num_layers, top_k):
-            raise ValueError(f"sample {i} (task {s.metadata.get('task_id', '?')}) has routes of "
-                             f"shape {s.routes.shape[1:]}, the model has ({num_layers}, {top_k})")
-        a = arrays
-        a["tokens"][row, start:end] = s.tokens[:n]
-        a["routes"][row, start:end] = s.routes[:n]
-        a["rollout_logprobs"][row, start:end] = s.rollout_logprobs[:n]
-        mask = s.loss_mask[:n].astype(np.float32)
-        bounds = [c for c in s.chunk_starts if c < n] + [n]
+    placements, piece_starts, fixed, first_sampled = [], [], 0, {}
+    a = arrays
+    for i, j, c_start, c_end in items:
+        s, (row, start) = samples[i], where[i, j]
+        end = start + c_end - c_start
+        a["tokens"][row, start:end] = s.tokens[c_start:c_end]
+        a["routes"][row, start:end] = s.routes[c_start:c_end]
+        a["rollout_logprobs"][row, start:end] = s.rollout_logprobs[c_start:c_end]
+        mask = s.loss_mask[c_start:c_end].astype(np.float32)
+        bounds = [c - c_start for c in s.chunk_starts if c_start <= c < c_end] \
+            + [c_end - c_start]
         for c0, c1 in zip(bounds[:-1], bounds[1:]):
             a["positions"][row, start + c0:start + c1] = np.arange(c1 - c0)
             a["segment_ids"][row, start + c0:start + c1] = next_segment[row]
@@ -166,17 +201,24 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         a["trial_ids"][row, start:end] = next_trial[row]
         next_trial[row] += 1
         sampled = np.flatnonzero(mask)
-        if len(sampled):
+        first_sampled[i, j] = row * length + start + (int(sampled[0]) if len(sampled) else 0)
+        if len(sampled) and j == len(pieces_of[i]) - 1:
             a["rewards"][row, start + sampled[-1]] = trained_reward(s, reward)
         placements.append((i, row, start, end))
-    return Packed(Batch(**arrays), placements, dropped, fixed)
+        piece_starts.append(c_start)
+    for i, j, c_start, c_end in items:
+        if j + 1 < len(pieces_of[i]):
+            row, start = where[i, j]
+            a["continues_at"][row, start:start + c_end - c_start] = first_sampled[i, j + 1]
+    return Packed(Batch(**arrays), placements, dropped, fixed, piece_starts)
 
 
 def batch_specs(batch: Batch):
     """Logical axis names per field, for t1jax.sharding (rows shard over the batch axes)."""
     two = ("batch", "length")
     return Batch(tokens=two, positions=two, segment_ids=two, trial_ids=two, loss_mask=two,
-                 rollout_logprobs=two, routes=("batch", "length", None, None), rewards=two)
+                 rollout_logprobs=two, routes=("batch", "length", None, None), rewards=two,
+                 continues_at=two)
 
 
 def batch_shardings(batch: Batch, mesh, rules=None) -> Batch:

@@ -7,7 +7,6 @@ the warmed-up critic is the one PPO continues with.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from t1jax.rl import ppo

@@ -34,27 +34,53 @@ def values_before(values_from_model):
     return jnp.pad(values_from_model[:, :-1], ((0, 0), (1, 0)))
 
 
-def gae(rewards, values, mask, trial_ids, gamma: float, lam: float):
-    """(advantages, returns), [B, L], zero off the mask. values: V before each token."""
+def gae(rewards, values, mask, trial_ids, gamma: float, lam: float, continues_at=None):
+    """(advantages, returns), [B, L], zero off the mask. values: V before each token.
+
+    continues_at (batch.py): a trial split over rows continues at that flat index. Each piece's
+    GAE is run with the next piece's first value as its bootstrap, then the next piece's
+    advantage is added with the weight (gamma * lam)^k it has k steps back, piece by piece
+    from the trial's end; the result equals the trial's GAE in one row."""
+    linked = continues_at is not None
+    if linked:
+        link = jnp.maximum(continues_at, 0).reshape(-1)
+        has_next = (continues_at >= 0).astype(jnp.float32)
+        boot = values.astype(jnp.float32).reshape(-1)[link].reshape(values.shape) * has_next
+    else:
+        boot = has_next = jnp.zeros(values.shape, jnp.float32)
+
     def step(carry, xs):
-        next_value, next_adv, next_trial = carry
-        reward, value, m, trial = xs
+        next_value, next_adv, next_decay, next_trial = carry
+        reward, value, m, trial, boot, has_next = xs
         same = trial == next_trial
-        next_value = jnp.where(same, next_value, 0.0)
+        next_value = jnp.where(same, next_value, boot)
         next_adv = jnp.where(same, next_adv, 0.0)
+        next_decay = jnp.where(same, next_decay, has_next)
         delta = reward + gamma * next_value - value
         adv = delta + gamma * lam * next_adv
+        decay = gamma * lam * next_decay  # weight of the next piece's first advantage
         acting = m > 0
-        carry = (jnp.where(acting, value, next_value), jnp.where(acting, adv, next_adv), trial)
-        return carry, jnp.where(acting, adv, 0.0)
+        carry = (jnp.where(acting, value, next_value), jnp.where(acting, adv, next_adv),
+                 jnp.where(acting, decay, next_decay), trial)
+        return carry, (jnp.where(acting, adv, 0.0), jnp.where(acting, decay, 0.0))
 
     b = rewards.shape[0]
-    init = (jnp.zeros((b,), jnp.float32), jnp.zeros((b,), jnp.float32),
-            jnp.full((b,), -1, trial_ids.dtype))
+    zeros = jnp.zeros((b,), jnp.float32)
+    init = (zeros, zeros, zeros, jnp.full((b,), -1, trial_ids.dtype))
     xs = tuple(jnp.swapaxes(a, 0, 1) for a in
-               (rewards.astype(jnp.float32), values.astype(jnp.float32), mask, trial_ids))
-    _, adv = jax.lax.scan(step, init, xs, reverse=True)
-    adv = jnp.swapaxes(adv, 0, 1)
+               (rewards.astype(jnp.float32), values.astype(jnp.float32), mask, trial_ids, boot,
+                has_next))
+    _, (adv, decay) = jax.lax.scan(step, init, xs, reverse=True)
+    adv, decay = jnp.swapaxes(adv, 0, 1), jnp.swapaxes(decay, 0, 1)
+    if linked:  # one more piece resolved per pass, until nothing changes. Two consecutive
+        # pieces never share a row (together they overflow it), so a chain has at most 2B + 1.
+        def resolve(state):
+            full, _, passes = state
+            new = adv + decay * full.reshape(-1)[link].reshape(adv.shape)
+            return new, jnp.any(new != full), passes + 1
+
+        adv, _, _ = jax.lax.while_loop(lambda st: st[1] & (st[2] <= 2 * b + 1), resolve,
+                                       (adv, jnp.array(True), 0))
     return adv, (adv + values) * mask
 
 

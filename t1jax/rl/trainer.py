@@ -257,7 +257,7 @@ class Trainer:
                         "perf/rows": batch.tokens.shape[0], "perf/length": batch.tokens.shape[1]})
         if packed is not None:
             metrics["batch/dropped_overlong"] = len(packed.dropped)
-            trials = max(len(packed.placements), 1)  # what the critic and actor were given
+            trials = max(len({p[0] for p in packed.placements}), 1)  # given to critic, actor
             metrics["reward/trained_mean"] = float(np.sum(packed.batch.rewards)) / trials
         if not isinstance(samples_or_batch, Batch):
             metrics.update(metrics_lib.sample_stats(samples_or_batch))
@@ -296,7 +296,8 @@ def _critic_phase(critic_def, critic_tx, s: Settings, state: TrainState, batch: 
     old_values = jax.lax.stop_gradient(per_minibatch(
         functools.partial(critic_lib.critic_values, critic_def), state.critic, batch,
         s.minibatches))
-    advantages, returns = ppo.gae(rewards, old_values, mask, batch.trial_ids, s.gamma, s.lam)
+    advantages, returns = ppo.gae(rewards, old_values, mask, batch.trial_ids, s.gamma, s.lam,
+                                   batch.continues_at)
     critic, critic_opt, m = _train(critic_lib.critic_loss(critic_def, s.value_clip),
                                    state.critic, state.critic_opt, critic_tx,
                                    (batch, old_values, returns), s)

@@ -160,11 +160,19 @@ class _Chunk:
         return res
 
     def close(self, index: int) -> "_Chunk":
-        """Audit the chunk (TITO) and fix its routes: what the trial keeps of it."""
-        self.report = audit(self.builder, self.prompts, self.builder.completions)
+        """Audit the chunk (TITO) and keep only what the trial trains on, as compact arrays:
+        the engine prompts and the builder's lists go, so a long episode's closed chunks cost
+        their sample's bytes and nothing more."""
+        b = self.builder
+        self.report = audit(b, self.prompts, b.completions)
         if not self.report.ok:
             raise RolloutError(f"TITO audit failed in chunk {index}: {self.report.errors[:3]}")
-        self.route_rows = self.routes.final(len(self.builder.tokens))
+        self.tokens = np.asarray(b.tokens, np.int32)
+        self.loss_mask = np.asarray(b.loss_mask, np.int8)
+        self.logprobs = np.asarray(b.logprobs, np.float64)  # as sampled, bit for bit
+        self.route_rows = self.routes.final(len(b.tokens))
+        self.route_drift = self.routes.drift
+        del self.builder, self.prompts, self.routes
         return self
 
 
@@ -209,7 +217,14 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     if len(prefix) >= budget:
         raise RolloutError(f"the prompt ({len(prefix)} tokens) does not fit max_tokens "
                            f"{budget}")
-    reserve = (context.reserve or sampling.max_new_tokens) if context is not None else 1
+    largest_output = 0  # tokens of the largest tool output so far (sizes the reserve)
+
+    def reserve() -> int:
+        if context is None:
+            return 1
+        return context.reserve or ctx.auto_reserve(sampling.max_new_tokens, largest_output,
+                                                    budget - len(prefix))
+
     chunk = _Chunk(tokenizer, prefix if tito else prefix_text, tito)
     closed: list[_Chunk] = []  # finished (audited) chunks
     history: list[ctx.Turn] = []  # turns a new chunk replays (elide)
@@ -218,12 +233,12 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     finish, n_calls = "turns", 0
 
     def spent() -> int:  # tokens of the finished chunks
-        return sum(len(c.builder.tokens) for c in closed)
+        return sum(len(c.tokens) for c in closed)
 
     def new_chunk(prompt_ids) -> bool:
         """Close the current chunk and start the next from prompt_ids, if the trial has room."""
         nonlocal chunk
-        if spent() + len(chunk.builder.tokens) + len(prompt_ids) + reserve > max_tokens:
+        if spent() + len(chunk.builder.tokens) + len(prompt_ids) + reserve() > max_tokens:
             return False
         closed.append(chunk.close(len(closed)))
         chunk = _Chunk(tokenizer, prompt_ids, tito)
@@ -283,17 +298,19 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             continue
         if context.policy == "elide":
             history.append(ctx.Turn(chunk.builder.tokens[reply_at:], observations))
-        after = len(chunk.builder.tokens) + len(encode_observation(tokenizer, observations))
+        output_ids = len(encode_observation(tokenizer, observations))
+        largest_output = max(largest_output, output_ids)
+        after = len(chunk.builder.tokens) + output_ids
         summary_room = (len(ctx.summary_note_ids(tokenizer)) + context.summary_tokens
                         if context.policy == "summary" else 0)
-        if budget - after >= reserve + summary_room:
+        if budget - after >= reserve() + summary_room:
             chunk.builder.add_observation(observations)
             continue
         # The next turn would not fit this chunk: compact (or stop).
         if context.policy == "elide":
             history = ctx.elide(history, context.keep_observations)
             replay = ctx.replay_prompt(tokenizer, system_prompt, task.instruction, history,
-                                       limit=min(budget - reserve, len(prefix) + int(
+                                       limit=min(budget - reserve(), len(prefix) + int(
                                            (budget - len(prefix)) * context.replay_fraction)),
                                        omitted=omitted)
             if replay is None or not new_chunk(replay[0]):
@@ -301,6 +318,7 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                 break
             history, omitted = history[replay[1]:], omitted + replay[1]
             continue
+        shown = observations  # the next chunk shows it again after the summary
         if context.policy == "summary" and budget - after < summary_room:
             # this output and a summary do not both fit: the summary turn sees a stub of it
             observations = ctx.stub(observations)
@@ -313,8 +331,9 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             records.append(TurnRecord(len(res.output_ids), res.finish_reason, [], [],
                                       summary=True, chunk=len(closed)))
             summary = tokenizer.decode(res.output_ids, skip_special_tokens=True)
-            ids = ctx.summary_prompt(tokenizer, system_prompt, task.instruction, summary)
-            if len(ids) + reserve <= budget and new_chunk(ids):
+            ids = ctx.summary_prompt(tokenizer, system_prompt, task.instruction, summary,
+                                     shown, limit=budget - reserve())
+            if len(ids) + reserve() <= budget and new_chunk(ids):
                 history, omitted = [], 0
                 continue
         finish = "context"
@@ -326,23 +345,23 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             report.drift_tokens_in_loss_region += c.report.drift_tokens_in_loss_region
             report.relocated += c.report.relocated
             report.errors += c.report.errors
-        builders = [c.builder for c in closed]
-        tokens = [t for b in builders for t in b.tokens]
-        loss_mask = [m for b in builders for m in b.loss_mask]
-        logprobs = [lp for b in builders for lp in b.logprobs]
+        tokens = np.concatenate([c.tokens for c in closed]).tolist()
+        loss_mask = np.concatenate([c.loss_mask for c in closed]).tolist()
+        logprobs = np.concatenate([c.logprobs for c in closed]).tolist()
         route_rows = np.concatenate([c.route_rows for c in closed], axis=0)
-        starts = np.cumsum([0] + [len(b.tokens) for b in builders[:-1]]).tolist()
+        starts = np.cumsum([0] + [len(c.tokens) for c in closed[:-1]]).tolist()
+        route_drift = sum(c.route_drift for c in closed)
     else:
-        closed = [chunk]
         report = AuditReport()  # the audit would fail by design; retokenized_drift counts it
         b = chunk.builder
         tokens = b.finish()
         route_rows = b.place_routes(chunk.routes.final(len(tokens)))
         loss_mask, logprobs, starts = list(b.loss_mask), list(b.logprobs), [0]
+        route_drift = chunk.routes.drift
     return Trajectory(
         tokens=list(tokens), loss_mask=loss_mask, logprobs=logprobs, routes=route_rows,
         prompt_len=len(prefix), turns=sum(not r.summary for r in records), tool_calls=n_calls,
         finish=finish, records=records, audit=report, weight_versions=versions,
-        route_drift=sum(c.routes.drift for c in closed),
+        route_drift=route_drift,
         retokenized_drift=0 if tito else chunk.builder.retokenized_drift,
         chunk_starts=[int(x) for x in starts], compactions=len(starts) - 1)

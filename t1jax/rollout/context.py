@@ -5,7 +5,8 @@ Policies: `stop` ends the episode (finish "context"); `elide` starts a new chunk
 replays the turns so far (the sampled reply ids verbatim) with old tool outputs replaced by a
 stub (the newest kept whole, the oldest turns dropped if even that is too long); `summary` first asks the policy itself to
 summarise its progress (the reply is sampled and trained like any other), then starts a new
-chunk from the instruction plus that summary, as Terminus-2 does near a full context.
+chunk from the instruction plus that summary and the output that filled the context, as
+Terminus-2 does near a full context.
 
 Why chunks: a compaction rewrites the conversation, so the next prompt does not extend the
 previous one (TITO's "split" case). The new prompt is built from ids, sent to the engine as is
@@ -14,8 +15,8 @@ saw. The trial stays one Sample with `chunk_starts`: the trainer restarts positi
 attention inside each chunk, and GAE runs over the trial's chunks in order (`trial_ids`), so the
 reward on the trial's last sampled token reaches every chunk through the returns (with T1's
 gamma = lam = 1 every sampled token's return is the trial's reward; with lam < 1 the critic's
-values carry it across each boundary). The whole trial must fit one training row
-(`rl.max_length`), which bounds the chunks per trial.
+values carry it across each boundary). A trial longer than a training row (`rl.max_length`) is
+split over rows at chunk boundaries, its GAE linked across them (t1jax/rl/batch.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SUMMARY_REQUEST = ("Your context window is nearly full. Reply with a short summa
                    "task continues from your summary.")
 SUMMARY_HEADER = "Summary of your earlier work on this task (you wrote it when the context " \
                  "filled up):"
+LAST_OUTPUT = "The output of your last tool call(s) before the summary:"
 ELIDED = "[output elided: {size} bytes]"
 OMITTED = "[{turns} earlier turns omitted to save context]"
 
@@ -42,7 +44,8 @@ class ContextPolicy:
     """The per-chunk budget and what happens when a turn would not fit in it."""
     budget: int  # tokens one chunk (one engine context) may hold
     policy: str = "stop"  # stop | elide | summary
-    reserve: int = 0  # free tokens a turn needs (its reply and tool output); 0: max_new_tokens
+    reserve: int = 0  # free tokens a turn needs (its reply and tool output); 0: the reply
+    #                   budget plus the largest tool output of the trial so far (see auto_reserve)
     keep_observations: int = 1  # elide: the newest turns whose tool output stays whole
     replay_fraction: float = 0.5  # elide: replayed turns fill at most this much of the room
     #                               the instruction leaves in a chunk (the rest is for new turns)
@@ -95,6 +98,14 @@ class Turn:
     elided: bool = False
 
 
+def auto_reserve(max_new_tokens: int, largest_output: int, room: int) -> int:
+    """Free tokens a turn is expected to need: its reply budget plus the largest tool output
+    (in tokens) the trial has seen, so a task whose commands print a lot compacts earlier
+    instead of finding no room after the output; at most half the chunk's room past its
+    instruction, and never less than the reply budget."""
+    return max(max_new_tokens, min(max_new_tokens + largest_output, room // 2))
+
+
 def _prefix(tok: Tokenizer, system: str, instruction: str) -> list[int]:
     return tok.encode(render_prefix(system, instruction), add_special_tokens=False).ids
 
@@ -134,6 +145,15 @@ def summary_note_ids(tok: Tokenizer) -> list[int]:
     return encode_plain(tok, "\n" + SUMMARY_REQUEST)
 
 
-def summary_prompt(tok: Tokenizer, system: str, instruction: str, summary: str) -> list[int]:
-    """The next chunk's prompt after a summary: the instruction, then the policy's summary."""
-    return _prefix(tok, system, f"{instruction}\n\n{SUMMARY_HEADER}\n{summary.strip()}")
+def summary_prompt(tok: Tokenizer, system: str, instruction: str, summary: str,
+                   last_output: list[str] = (), *, limit: int | None = None) -> list[int]:
+    """The next chunk's prompt after a summary: the instruction, the policy's summary, then the
+    tool output that filled the context (the summary was written from it, or from a stub of
+    it, and the next turn usually acts on it): whole if the prompt stays within `limit`
+    tokens, else as a stub, else left out."""
+    head = f"{instruction}\n\n{SUMMARY_HEADER}\n{summary.strip()}"
+    for shown in ([last_output, stub(last_output)] if last_output else []):
+        ids = _prefix(tok, system, f"{head}\n\n{LAST_OUTPUT}\n" + "\n".join(shown))
+        if limit is None or len(ids) <= limit:
+            return ids
+    return _prefix(tok, system, head)
