@@ -10,6 +10,9 @@ could not hold a conversation (tests/test_agent.py: ScriptedEngine).
 
 from __future__ import annotations
 
+import tracemalloc
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -283,6 +286,50 @@ def test_300_turn_episode_stays_inside_the_budget(tok, task, shared_box):
     assert traj.compactions >= 20
     check_consistent(traj, engine.prompts, budget)
     reward_reaches_every_chunk(traj)
+
+
+class _Unrecorded(ScriptedEngine):
+    """The scripted engine without its record of every prompt (which is the test's, not the
+    agent's memory)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.prompts = _Discard()
+
+
+class _Discard(list):
+    def append(self, item):
+        pass
+
+
+class _Echo:
+    def exec(self, cmd, timeout=None):
+        return SimpleNamespace(output="step\n", exit_code=0, timed_out=False, truncated=False)
+
+
+def test_agent_memory_grows_only_with_the_training_sample(tok, task):
+    """The agent's Python heap over a whole episode, per trial token, is flat from 100 to 300
+    turns and within a small factor of the compact sample's own bytes: closed chunks keep their
+    arrays only (not their engine prompts or the builder's lists), and the open chunk is
+    bounded by the budget. (An in-process echo sandbox: the container is not this heap.)"""
+    per_token = {}
+    for turns in (100, 300):
+        engine = _Unrecorded(tok, [render_tool_call("echo step")], repeat_last=True)
+        tracemalloc.start()
+        traj = run_agent_episode(task, engine, tok, _Echo(), sampling=SAMPLING,
+                                 max_turns=turns, max_tokens=1 << 22, system_prompt=SYSTEM,
+                                 context=ctx.ContextPolicy(prefix_len(tok, task) + 1200,
+                                                           "elide", reserve=100))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert traj.turns == turns and traj.compactions >= turns // 15
+        sample = Sample(traj.tokens, traj.loss_mask, traj.logprobs, traj.routes, 0.0, {},
+                        chunk_starts=traj.chunk_starts)
+        own = sum(x.nbytes for x in (sample.tokens, sample.loss_mask, sample.rollout_logprobs,
+                                     sample.routes))
+        per_token[turns] = peak / len(traj.tokens)
+        assert peak < 5 * own, (turns, peak, own)
+    assert per_token[300] < 1.1 * per_token[100], per_token
 
 
 @pytest.mark.slow

@@ -16,8 +16,9 @@ import pytest
 
 from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
+from t1jax.rollout.agent import RolloutError
 from t1jax.rollout.scheduler import (DONE, STOPPED, EpisodeState, RolloutScheduler, TrialRequest,
-                                     TrialResult, episode_trial)
+                                     TrialResult, TrialStopped, episode_trial)
 from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
@@ -232,3 +233,53 @@ def test_episode_trial_batch_two_of_three_carries_the_straggler(docker_backend):
         assert meta["carried_steps"] == 1 and carried.state.sandbox is None  # closed
     finally:
         docker_backend.reap(run_id)
+
+
+def test_episode_log_keeps_routes_as_differences_and_replays_them_exactly():
+    """The log of a long episode grows with its tokens, not with the sum of its prompts: each
+    call's routes are kept as the rows it changed and added; a resumed episode gets every
+    call's routes back whole, bit for bit, across a compaction (a prompt that does not extend
+    the last) and a call that routed earlier positions differently."""
+    from t1jax.rollout.scheduler import LoggedCall, _LoggedEngine
+    rng = np.random.RandomState(0)
+
+    class Growing:
+        weight_version = "v"
+
+        def __init__(self):
+            self.rows = None
+
+        def generate(self, prompts, sampling):
+            (prompt,) = prompts
+            rows = len(prompt) + 4 - 1
+            fresh = rng.randint(0, 8, (rows, LAYERS, K)).astype(np.int32)
+            if self.rows is not None and len(prompt) > 40:  # the same chunk: earlier rows kept
+                n = min(len(self.rows), rows)
+                fresh[:n] = self.rows[:n]
+                fresh[n // 2] = (fresh[n // 2] + 1) % 8  # one position re-routed
+            self.rows = fresh
+            return [GenerateResult([1, 2, 3, 4], [-0.5] * 4, fresh, FINISH_STOP, "v")]
+
+    prompts, prompt = [], list(range(30))
+    for turn in range(60):
+        prompt = prompt + [7] * 20 if turn % 20 else list(range(30))  # a new chunk every 20
+        prompts.append(list(prompt))
+    state, originals = EpisodeState(sandbox=None), []
+    live = _LoggedEngine(Growing(), state, threading.Event())
+    for p in prompts:
+        originals.append(live.generate([p], SamplingParams())[0].routed_experts)
+    assert all(isinstance(c, LoggedCall) for c in state.calls)
+    kept = sum(c.tail.nbytes + c.changed_rows.nbytes for c in state.calls)
+    whole = sum(r.nbytes for r in originals)
+    assert kept < whole / 5, (kept, whole)  # ~1/10 here; the sum of prompts would be all
+    stop = threading.Event()
+    stop.set()  # a replay never reaches the engine
+    replay = _LoggedEngine(None, state, stop)
+    for p, want in zip(prompts, originals):
+        np.testing.assert_array_equal(replay.generate([p], SamplingParams())[0].routed_experts,
+                                      want)
+    with pytest.raises(TrialStopped):
+        replay.generate([prompts[-1] + [9]], SamplingParams())
+    diverged = _LoggedEngine(None, state, stop)
+    with pytest.raises(RolloutError, match="diverged from its log at call 0"):
+        diverged.generate([[5] + prompts[0][1:]], SamplingParams())

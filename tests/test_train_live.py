@@ -53,6 +53,30 @@ def test_live_ppo_publishes_weights(docker_backend, tmp_path, schedule):
     assert history[0]["mismatch/routing_disagreement"] < 0.05
 
 
+def test_live_ppo_with_compaction_splits_long_trials_over_rows(docker_backend, tmp_path):
+    """Context compaction on in live training: chunks of ~1.4k tokens (the agent prompt alone is
+    ~1.1k), trials of up to 6k tokens, rows of 2k. A trial longer than a row is trained split
+    over rows at its chunk boundaries, and the replayed forward still reproduces the rollout."""
+    config = small_config("sync")
+    config.model.max_position_embeddings = 2048
+    config.rollouts.update(dict(compaction="elide", context_tokens=1400, trial_tokens=6000,
+                                max_turns=8))
+    trainer = Trainer(model_config_from(config.model), config.rl,
+                      make_mesh(devices=jax.devices()[:1]), seed=0)
+    source = train_job._live_source(config, trainer, tmp_path)
+    history = loop.run(trainer, source, tmp_path, loop.LoopOptions(steps=1))
+    samples = load_samples(tmp_path / "rollouts" / "step_00000")
+    assert len(samples) == 2
+    for s in samples:
+        starts = list(s.chunk_starts) + [len(s.tokens)]
+        assert len(starts) > 2 and max(b - a for a, b in zip(starts, starts[1:])) <= 1400
+    assert any(len(s.tokens) > config.rl.max_length for s in samples)
+    m = history[0]
+    assert m["batch/split_trials"] >= 1 and m["batch/dropped_overlong"] == 0
+    assert m["chunks/mean"] > 1 and m["chunks/compactions"] >= 2
+    assert m["mismatch/logprob_gap"] < 1e-3
+
+
 def test_live_ppo_through_a_server_fleet(docker_backend, tmp_path):
     """The same loop with the policy served over HTTP (a t1jax engine server speaking SGLang's
     /generate): each step's weights are exported as HF safetensors and loaded by the server."""

@@ -12,6 +12,7 @@ Every step is jitted with explicit in/out shardings over the mesh and donates th
 from __future__ import annotations
 
 import dataclasses
+import collections
 import functools
 import time
 
@@ -257,6 +258,8 @@ class Trainer:
                         "perf/rows": batch.tokens.shape[0], "perf/length": batch.tokens.shape[1]})
         if packed is not None:
             metrics["batch/dropped_overlong"] = len(packed.dropped)
+            pieces = collections.Counter(p[0] for p in packed.placements)
+            metrics["batch/split_trials"] = sum(n > 1 for n in pieces.values())  # over rows
             trials = max(len({p[0] for p in packed.placements}), 1)  # given to critic, actor
             metrics["reward/trained_mean"] = float(np.sum(packed.batch.rewards)) / trials
         if not isinstance(samples_or_batch, Batch):

@@ -7,7 +7,7 @@ turns so far are kept (each tagged with the weight version that sampled it, so t
 see the off-policy part), and later turns are sampled by the newer policy.
 
 Resuming without touching the agent loop: an episode's state is its open sandbox plus a log of
-every generate call and every command it served. The resumed run replays that log (recorded
+every generate call and every command it served (compact: LoggedCall). The resumed run replays that log (recorded
 completions and observations, byte-identical, so the token record is rebuilt exactly) and then
 goes live on the same sandbox, whose files already hold the earlier commands' effects.
 """
@@ -15,12 +15,15 @@ goes live on the same sandbox, whose files already hold the earlier commands' ef
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable
+
+import numpy as np
 
 from t1jax.rollout.agent import RolloutError, run_agent_episode
 from t1jax.rollout.sample import make_sample
@@ -169,7 +172,7 @@ def _close(state) -> None:
 class EpisodeState:
     """A stopped episode: its live sandbox and every generate call and command so far."""
     sandbox: Any
-    calls: list = dataclasses.field(default_factory=list)  # (prompt ids, GenerateResult)
+    calls: list = dataclasses.field(default_factory=list)  # LoggedCall, one per generate
     execs: list = dataclasses.field(default_factory=list)  # (command, ExecResult)
     time_left_s: float = 1800.0  # the episode's wall-clock budget not yet used
 
@@ -177,6 +180,50 @@ class EpisodeState:
         if self.sandbox is not None:
             self.sandbox.close()
             self.sandbox = None
+
+
+def _digest(prompt) -> bytes:
+    return hashlib.blake2b(np.asarray(prompt, np.int64).tobytes(), digest_size=16).digest()
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggedCall:
+    """One generate call as the episode log keeps it. Every call's routes cover its whole
+    prompt, so keeping them (and the prompt) as they came would make the log grow with the sum
+    of all prompts, quadratic in the turns; the log keeps the prompt's digest and the routes
+    as their difference from the previous call's: the rows that changed and the new rows."""
+    prompt_len: int
+    digest: bytes
+    result: Any  # the GenerateResult without its routes
+    shared: int  # leading rows taken from the previous call's routes
+    changed: np.ndarray  # indices (< shared) whose rows differ from the previous call's
+    changed_rows: np.ndarray
+    tail: np.ndarray  # rows [shared:]
+
+    @classmethod
+    def of(cls, prompt, res, previous: np.ndarray | None) -> "LoggedCall":
+        routes = np.asarray(res.routed_experts)
+        shared = 0
+        if previous is not None and previous.shape[1:] == routes.shape[1:]:
+            shared = min(len(previous), len(routes))
+        changed = np.flatnonzero(np.any(previous[:shared] != routes[:shared],
+                                        axis=tuple(range(1, routes.ndim)))) if shared else \
+            np.zeros(0, np.int64)
+        if len(changed) > shared // 2:  # a new chunk: not worth a difference
+            shared, changed = 0, np.zeros(0, np.int64)
+        return cls(len(prompt), _digest(prompt), dataclasses.replace(res, routed_experts=None),
+                   shared, changed, routes[changed].copy(), routes[shared:].copy())
+
+    def routes(self, previous: np.ndarray | None) -> np.ndarray:
+        out = self.tail if not self.shared else np.concatenate([previous[:self.shared],
+                                                                self.tail])
+        if len(self.changed):
+            out = out.copy()
+            out[self.changed] = self.changed_rows
+        return out
+
+    def matches(self, prompt) -> bool:
+        return len(prompt) == self.prompt_len and _digest(prompt) == self.digest
 
 
 class _LoggedEngine:
@@ -187,19 +234,22 @@ class _LoggedEngine:
         self.engine, self.state, self.stop, self.i = engine, state, stop, 0
         self.max_len = getattr(engine, "max_len", 32768)
         self.weight_version = getattr(engine, "weight_version", "")
+        self.last_routes = None  # the previous call's routes, whole
 
     def generate(self, prompts, sampling):
         (prompt,) = prompts
         i, self.i = self.i, self.i + 1
         if i < len(self.state.calls):
-            recorded, res = self.state.calls[i]
-            if list(prompt) != recorded:
+            call = self.state.calls[i]
+            if not call.matches(prompt):
                 raise RolloutError(f"resumed episode diverged from its log at call {i}")
-            return [res]
+            self.last_routes = call.routes(self.last_routes)
+            return [dataclasses.replace(call.result, routed_experts=self.last_routes)]
         if self.stop.is_set():
             raise TrialStopped()
         (res,) = self.engine.generate([prompt], sampling)
-        self.state.calls.append((list(prompt), res))
+        self.state.calls.append(LoggedCall.of(prompt, res, self.last_routes))
+        self.last_routes = np.asarray(res.routed_experts)
         return [res]
 
 
