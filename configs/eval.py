@@ -50,7 +50,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.max_new_tokens = 256  # per turn
     config.max_turns = 50
     config.max_tokens = 2048  # token budget of a trial (every chunk; a terminus chunk)
-    context_config(config)  # compaction (tools harness): chunks of context_tokens each
+    context_config(config)  # compaction (either harness): chunks of context_tokens each, a
+    #                         trial of trial_tokens (0: max_tokens) over all its chunks
     config.timeout_s = 0.0  # per trial wall clock; 0 = the task's [agent] timeout_sec
     config.system_prompt = ""  # "" = the harness's own
 

@@ -310,9 +310,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         command_timeout_s=float(command_timeout_s or limits.default_timeout_s or 180.0),
         max_observation_bytes=int(max_observation_bytes or limits.max_output_bytes or 10_000),
         system_prompt=system_prompt or SYSTEM_PROMPTS[harness])
-    if context is not None:  # a t1jax.rollout.context.ContextPolicy (tools harness)
-        if harness != "tools":
-            raise ValueError(f"context compaction runs in the tools harness, not {harness!r}")
+    if context is not None:  # a t1jax.rollout.context.ContextPolicy (either harness)
         episode_kwargs["context"] = context
 
     skipped: dict[str, str] = {}

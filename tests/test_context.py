@@ -10,6 +10,7 @@ could not hold a conversation (tests/test_agent.py: ScriptedEngine).
 
 from __future__ import annotations
 
+import threading
 import tracemalloc
 from types import SimpleNamespace
 
@@ -214,6 +215,45 @@ def test_summary_prompt_shows_the_last_output_whole_as_a_stub_or_not_at_all(tok)
     assert "[output elided: 400 bytes]" in tok.decode(stubbed) and ctx.LAST_OUTPUT not in \
         tok.decode(bare)
     assert bare == ctx.summary_prompt(tok, SYSTEM, "do it", "did things")
+
+
+@pytest.mark.parametrize("policy", ["elide", "summary"])
+def test_a_carried_over_episode_with_compaction_resumes_exactly(tok, task, shared_box, policy):
+    """A trial stopped at a step's end (carry-over) after its first compaction and resumed in
+    the next step replays its log through the compactions and goes on: the trajectory is the
+    one an uninterrupted run gives, chunk for chunk."""
+    from t1jax.rollout.scheduler import (EpisodeState, TrialStopped, _LoggedEngine,
+                                         _LoggedSandbox)
+    policy_ = ctx.ContextPolicy(prefix_len(tok, task) + 400, policy, reserve=100,
+                                summary_tokens=40)
+
+    class StopsAfter(ScriptedEngine):
+        def __init__(self, calls, stop):
+            super().__init__(tok, [render_tool_call("printf 'line %s\\n' 1 2 3")],
+                             repeat_last=True)
+            self.calls, self.stop = calls, stop
+
+        def generate(self, prompts, sampling):
+            if len(self.prompts) + 1 == self.calls:
+                self.stop.set()  # the step is full: the next turn boundary stops the trial
+            return super().generate(prompts, sampling)
+
+    def episode(engine, state, stop):
+        return run_agent_episode(task, _LoggedEngine(engine, state, stop), tok,
+                                 _LoggedSandbox(state), sampling=SAMPLING, max_turns=12,
+                                 max_tokens=1 << 16, system_prompt=SYSTEM, context=policy_)
+
+    whole = episode(StopsAfter(0, None), EpisodeState(shared_box), threading.Event())
+    first_compaction = next(i for i, r in enumerate(whole.records) if r.chunk == 1)
+    state, stop = EpisodeState(shared_box), threading.Event()
+    with pytest.raises(TrialStopped):
+        episode(StopsAfter(first_compaction + 2, stop), state, stop)
+    assert len(state.calls) == first_compaction + 2
+    resumed = episode(StopsAfter(0, None), state, threading.Event())
+    assert resumed.compactions == whole.compactions >= 2
+    assert resumed.chunk_starts == whole.chunk_starts and resumed.tokens == whole.tokens
+    assert resumed.loss_mask == whole.loss_mask and resumed.logprobs == whole.logprobs
+    np.testing.assert_array_equal(resumed.routes, whole.routes)
 
 
 def test_the_trial_budget_still_bounds_all_chunks(tok, task, shared_box):

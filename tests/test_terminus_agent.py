@@ -208,3 +208,51 @@ def test_token_and_time_budgets(tok, task):
     traj = run_terminus_episode(task, ScriptedEngine(tok, [reply(["true\n"])], repeat_last=True),
                                 tok, FakeSandbox(), sampling=SAMPLING, timeout_s=0.0)
     assert traj.finish == "timeout" and traj.turns == 1
+
+
+# -- context compaction in the text harness ------------------------------------------------------
+
+
+def _chunk_prompts_are_exact(traj, engine, budget):
+    """Every chunk fits the budget, and every engine prompt is the start of its chunk, in
+    order, each chunk started by one (a compaction's rewrite is what the engine got)."""
+    spans = traj.chunks()
+    assert all(0 < b - a <= budget for a, b in spans), spans
+    at = -1
+    for i, prompt in enumerate(engine.prompts):
+        if i == 0 or prompt[:len(engine.prompts[i - 1])] != engine.prompts[i - 1]:
+            at += 1
+        a, _ = spans[at]
+        assert traj.tokens[a:a + len(prompt)] == prompt, f"chunk {at}"
+    assert at == len(spans) - 1
+
+
+@pytest.mark.parametrize("policy", ["stop", "elide", "summary"])
+def test_compaction_keeps_every_chunk_exact(tok, task, policy):
+    from t1jax.rollout import context as ctx
+    prefix = len(render_ids(tok, "Use the terminal.",
+                            [("user", "Task:\n" + task.instruction.strip())]))
+    budget = prefix + 2000  # a turn here: a ~190-token reply and its output
+    engine = ScriptedEngine(tok, [reply(["printf 'row %s\\n' 1 2 3 4 5 6\n"])],
+                            repeat_last=True)
+    traj = run_terminus_episode(task, engine, tok, FakeSandbox(), sampling=SAMPLING,
+                                max_turns=20, max_tokens=1 << 16,
+                                system_prompt="Use the terminal.",
+                                context=ctx.ContextPolicy(budget, policy, summary_tokens=200))
+    check_sampled(traj, engine)
+    _chunk_prompts_are_exact(traj, engine, budget)
+    if policy == "stop":
+        assert traj.finish == "context" and traj.compactions == 0 and traj.turns < 20
+        return
+    assert traj.finish == "turns" and traj.turns == 20 and traj.compactions >= 2
+    assert len(traj.chunk_starts) == traj.compactions + 1  # no split joins here
+    later = tok.decode(traj.tokens[traj.chunk_starts[1]:], skip_special_tokens=False)
+    if policy == "elide":
+        assert "[output elided:" in later
+    else:
+        summaries = [r for r in traj.records if r.summary]
+        assert len(summaries) == traj.compactions and summaries[0].commands == []
+        first = tok.decode(traj.tokens[:traj.chunk_starts[1]], skip_special_tokens=False)
+        assert ctx.SUMMARY_REQUEST in first
+        assert ctx.SUMMARY_HEADER in later and ctx.LAST_OUTPUT in later
+        assert traj.turns == sum(not r.summary for r in traj.records)

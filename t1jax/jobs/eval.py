@@ -103,8 +103,6 @@ def run(config, workdir: Path) -> int:
                                   config.max_tokens)
     except ValueError as err:
         raise UsageError(f"config: {err}") from err
-    if context is not None and config.harness != "tools":
-        raise UsageError(f"config.compaction={config.compaction!r} needs config.harness='tools'")
     engine_len = context.budget if context is not None else config.max_tokens  # one chunk
     if config.engine == "embedded":
         from t1jax.rollout.batching import embedded_engine
@@ -150,7 +148,9 @@ def run(config, workdir: Path) -> int:
                 tasks, engine, tok, backend, label=label, attempts=config.attempts,
                 harness=config.harness, sampling=sampling, limits=limits, scale=scale,
                 out_dir=workdir, concurrency=config.sandbox.concurrency,
-                max_turns=config.max_turns, max_tokens=config.max_tokens,
+                max_turns=config.max_turns, max_tokens=(
+                    config.get("trial_tokens", 0) or config.max_tokens
+                    if context is not None else config.max_tokens),
                 timeout_s=config.timeout_s or None,
                 command_timeout_s=config.sandbox.command_timeout_s,
                 max_observation_bytes=config.sandbox.max_output_bytes,

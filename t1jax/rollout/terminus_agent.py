@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 from tokenizers import Tokenizer
 
+from t1jax.rollout import context as ctx
 from t1jax.rollout.agent import (CommandRecord, RolloutError, Trajectory, TurnRecord, _Routes,
                                  _stop_ids, exec_within_limits, truncate_middle)
 from t1jax.rollout.chat import IM_END, IM_START
@@ -94,6 +95,85 @@ class _Chunk:
             self.completions[-1] = self.completions[-1][:max(keep - off, 0)]
 
 
+class _Compactor:
+    """Context management for the text harness (t1jax/rollout/context.py's policies, applied
+    to the conversation's messages): before a turn whose prompt would leave less than a turn's
+    room in the chunk, `stop` ends the episode; `elide` rewrites the conversation with old
+    terminal outputs stubbed (the oldest exchanges dropped if need be); `summary` asks the
+    policy for a summary in this chunk and continues from the task, that summary and the last
+    terminal output. A rewrite is a new chunk of the trial: its prompt is the rewritten
+    conversation exactly as the engine gets it."""
+
+    def __init__(self, tok, system: str, instruction: str, policy: ctx.ContextPolicy,
+                 sampling: SamplingParams, prefix_len: int, budget: int):
+        self.tok, self.system, self.instruction, self.policy = tok, system, instruction, policy
+        self.max_new, self.prefix_len, self.budget = sampling.max_new_tokens, prefix_len, budget
+        self.largest_output, self.asked, self.compactions, self.omitted = 0, False, 0, 0
+        self.last_output, self.first = "", first_user_message(instruction)  # without a note
+
+    def reserve(self) -> int:
+        return self.policy.reserve or ctx.auto_reserve(self.max_new, self.largest_output,
+                                                       self.budget - self.prefix_len)
+
+    def _length(self, messages) -> int:
+        return len(render_ids(self.tok, self.system, messages))
+
+    def before_turn(self, messages):
+        """(messages, rewritten): unchanged, rewritten into a new chunk, with the summary
+        request added, or (None, False) to stop."""
+        if len(messages) > 1 and messages[-1][0] == "user":
+            self.last_output = messages[-1][1]
+            self.largest_output = max(self.largest_output,
+                                      len(encode_plain(self.tok, self.last_output)))
+        ask = (len(encode_plain(self.tok, "\n\n" + ctx.SUMMARY_REQUEST)) + self.policy.summary_tokens
+               if self.policy.policy == "summary" else 0)
+        if self._length(messages) + self.reserve() + ask <= self.budget:
+            return messages, False
+        if self.policy.policy == "elide":
+            rewritten = self._elide(messages)
+            if rewritten is not None:
+                self.compactions += 1
+            return rewritten, rewritten is not None
+        if self.policy.policy == "summary":
+            role, last = messages[-1]
+            for shown in (last, ctx.stub([last])[0]):
+                asked = messages[:-1] + [(role, f"{shown}\n\n{ctx.SUMMARY_REQUEST}")]
+                if self._length(asked) + self.policy.summary_tokens <= self.budget:
+                    self.asked = True
+                    return asked, False
+        return None, False
+
+    def after_summary(self, summary: str) -> list[tuple[str, str]]:
+        self.asked, self.compactions = False, self.compactions + 1
+        head = (f"{self.instruction}\n\n{ctx.SUMMARY_HEADER}\n{summary.strip()}")
+        for shown in (self.last_output, ctx.stub([self.last_output])[0], None):
+            text = head if shown is None else f"{head}\n\n{ctx.LAST_OUTPUT}\n{shown}"
+            messages = [("user", first_user_message(text))]
+            if shown is None or self._length(messages) + self.reserve() <= self.budget:
+                self.first, self.omitted = messages[0][1], 0
+                return messages
+
+    def _elide(self, messages):
+        """Old terminal outputs stubbed (the newest keep_observations whole), then the oldest
+        exchanges dropped until the replay fits its share of the chunk; None if nothing fits."""
+        keep, p = self.policy.keep_observations, self.policy
+        outputs = [i for i, (role, _) in enumerate(messages) if role == "user" and i > 0]
+        old = set(outputs[:max(len(outputs) - keep, 0)])
+        stubbed = [(role, ctx.stub([text])[0] if i in old and not text.startswith("[output")
+                    else text) for i, (role, text) in enumerate(messages)]
+        limit = min(self.budget - self.reserve(), self.prefix_len + int(
+            (self.budget - self.prefix_len) * p.replay_fraction))
+        rest = stubbed[1:]
+        for drop in range(0, len(rest) + 1, 2):  # whole exchanges: a reply and its output
+            omitted = self.omitted + drop // 2
+            note = "\n\n" + ctx.OMITTED.format(turns=omitted) if omitted else ""
+            candidate = [("user", self.first + note)] + rest[drop:]
+            if self._length(candidate) <= limit:
+                self.omitted = omitted
+                return candidate
+        return None
+
+
 def _lcp(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     return next((i for i in range(n) if a[i] != b[i]), n)
@@ -103,12 +183,15 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                          sampling: SamplingParams, max_turns: int = 300,
                          max_tokens: int | None = None, timeout_s: float | None = None,
                          command_timeout_s: float = 180.0, max_observation_bytes: int = 10_000,
-                         system_prompt: str = SYSTEM_PROMPT) -> TerminusTrajectory:
+                         system_prompt: str = SYSTEM_PROMPT,
+                         context: ctx.ContextPolicy | None = None) -> TerminusTrajectory:
     """Run one Terminus-2 episode of `task` in `sandbox` (started and verified by the caller).
 
     max_tokens bounds each engine prompt plus its completion (default: the engine's max_len);
-    timeout_s is the episode's wall clock (default: the task's [agent] timeout_sec). The episode
-    ends "done" on a confirmed task_complete. Raises RolloutError when the record is unusable.
+    with `context` it is the whole trial's budget, and each chunk holds context.budget tokens
+    (compaction: see _compact). timeout_s is the episode's wall clock (default: the task's
+    [agent] timeout_sec). The episode ends "done" on a confirmed task_complete. Raises
+    RolloutError when the record is unusable.
     """
     max_tokens = int(max_tokens or getattr(engine, "max_len", 32768))
     timeout_s = float(timeout_s if timeout_s is not None
@@ -119,41 +202,61 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     session = TerminusSession()
     messages = [("user", first_user_message(task.instruction))]
     prefix = render_ids(tokenizer, system_prompt, messages)
-    if len(prefix) >= max_tokens:
+    budget = min(context.budget, max_tokens) if context is not None else max_tokens
+    if len(prefix) >= budget:
         raise RolloutError(f"the prompt ({len(prefix)} tokens) does not fit max_tokens "
-                           f"{max_tokens}")
+                           f"{budget}")
     chunks = [_Chunk(prefix)]
     counts: Counter = Counter()
     records, versions = [], []
     finish, n_calls, n_parse, repair = "turns", 0, 0, ""
-    for _ in range(max_turns):
+    compactor = _Compactor(tokenizer, system_prompt, task.instruction, context, sampling,
+                           len(prefix), budget) if context is not None else None
+    fresh = False  # the conversation was just rewritten: the next prompt starts a new chunk
+    while sum(not r.summary for r in records) < max_turns:  # a summary is not a turn
         chunk = chunks[-1]
         if records:  # re-render the whole conversation and join it to the ids we hold
+            if compactor is not None and not fresh:
+                messages, fresh = compactor.before_turn(messages)
+                if messages is None:
+                    finish = "context"
+                    break
             new = render_ids(tokenizer, system_prompt, messages)
-            comp = chunk.completions[-1]
-            repair, ids = repair_boundary(chunk.tokens, new, comp, tokenizer)
-            if repair == "split":
-                nxt = _Chunk(new)
+            if fresh:  # a compaction's rewrite: a new chunk, not a join
+                repair, ids, nxt = "", new, _Chunk(new)
+                if sum(len(c.tokens) for c in chunks) + len(new) + compactor.reserve() \
+                        > max_tokens:
+                    finish = "context"
+                    break
             else:
-                keep = len(chunk.tokens) if repair in ("strict", "retokenized") \
-                    else _lcp(chunk.tokens, ids)
-                nxt = None
-            if len(ids) >= max_tokens:
+                comp = chunk.completions[-1]
+                repair, ids = repair_boundary(chunk.tokens, new, comp, tokenizer)
+                if repair == "split":
+                    nxt = _Chunk(new)
+                else:
+                    keep = len(chunk.tokens) if repair in ("strict", "retokenized") \
+                        else _lcp(chunk.tokens, ids)
+                    nxt = None
+            if len(ids) >= budget:
                 finish = "tokens"
                 break
             if time.monotonic() >= deadline:
                 finish = "timeout"
                 break
-            counts[repair] += 1
+            if repair:
+                counts[repair] += 1
             if nxt is not None:
                 chunks.append(nxt)
                 chunk = nxt
             else:
                 chunk.extend_to(ids, keep)
+            fresh = False
         prompt = list(chunk.tokens)
+        summarising = compactor is not None and compactor.asked
         params = dataclasses.replace(sampling, stop_token_ids=stops,
-                                     max_new_tokens=min(sampling.max_new_tokens,
-                                                        max_tokens - len(prompt)))
+                                     max_new_tokens=min(context.summary_tokens if summarising
+                                                        else sampling.max_new_tokens,
+                                                        budget - len(prompt)))
         res = engine.generate([prompt], params)[0]
         chunk.routes.add(len(prompt), res)
         chunk.prompts.append(prompt)
@@ -172,8 +275,12 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             chunk.mask.append(0)
             chunk.lps.append(0.0)
         text = tokenizer.decode(body, skip_special_tokens=False)
-        record = TerminusTurnRecord(len(sampled), res.finish_reason, [], [], repair=repair)
+        record = TerminusTurnRecord(len(sampled), res.finish_reason, [], [], repair=repair,
+                                    summary=summarising, chunk=len(chunks) - 1)
         records.append(record)
+        if summarising:  # the reply is the summary; the next chunk starts from it
+            messages, fresh = compactor.after_summary(text), True
+            continue
         reply, err = parse_terminus_reply(text)
         if err is not None:
             n_parse += 1
@@ -206,11 +313,12 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             break
         messages += [("assistant", text),
                      ("user", session.observe(outputs, reply.warnings + action.notes))]
-    return _assemble(chunks, len(prefix), records, versions, counts, finish, n_calls, n_parse)
+    return _assemble(chunks, len(prefix), records, versions, counts, finish, n_calls, n_parse,
+                     compactor.compactions if compactor is not None else 0)
 
 
 def _assemble(chunks, prompt_len, records, versions, counts, finish, n_calls,
-              n_parse) -> TerminusTrajectory:
+              n_parse, compactions) -> TerminusTrajectory:
     """Concatenate the chunks and audit each: sampled ids must sit unchanged where sampled."""
     tokens, mask, lps, routes, starts = [], [], [], [], []
     report, drift, turn = AuditReport(), 0, 0
@@ -236,7 +344,7 @@ def _assemble(chunks, prompt_len, records, versions, counts, finish, n_calls,
         raise RolloutError(f"TITO audit failed: {report.errors[:3]}")
     return TerminusTrajectory(
         tokens=tokens, loss_mask=mask, logprobs=lps, routes=np.concatenate(routes, axis=0),
-        prompt_len=prompt_len, turns=len(records), tool_calls=n_calls,
+        prompt_len=prompt_len, turns=sum(not r.summary for r in records), tool_calls=n_calls,
         finish=finish, records=records, audit=report, weight_versions=versions,
-        route_drift=drift, chunk_starts=starts,
+        route_drift=drift, chunk_starts=starts, compactions=compactions,
         repairs={c: counts.get(c, 0) for c in REPAIR_CASES}, parse_errors=n_parse)
