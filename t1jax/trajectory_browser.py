@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from t1jax.eval import failure_mode, mask_runs, sample_name, segments
-from t1jax.rollout.chat import IM_END, IM_START
+from t1jax.rollout.chat import IM_END
 from t1jax.rollout.sample import Sample
-from t1jax.rollout.tito import encode_plain
+from t1jax.rollout.tito import assistant_header_ids
 from t1jax.tasks.task import load_task
 
 ROLLOUT_SETS = ("warmup/rollouts", "ppo/rollouts")  # labels that name training samples
@@ -232,7 +232,7 @@ def check_loss_mask(sample: Sample, tokenizer, sampled_tokens: int | None = None
       trial's record) when given.
     """
     tokens, mask = [int(t) for t in sample.tokens], [int(m) for m in sample.loss_mask]
-    header = [tokenizer.token_to_id(IM_START)] + encode_plain(tokenizer, "assistant\n")
+    header = assistant_header_ids(tokenizer)
     im_end = tokenizer.token_to_id(IM_END)
     starts = [int(c) for c in sample.chunk_starts]
     ends = set(starts[1:]) | {len(tokens)}

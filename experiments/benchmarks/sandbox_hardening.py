@@ -40,28 +40,23 @@ class PlainSandbox(DockerSandbox):
     """Docker's defaults: no dropped capabilities, no limits, no init, no storage cap (network
     still off: this machine's daemon has no bridge)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for key in HARDENING:
-            self._create_kwargs.pop(key, None)
-
-    def _storage_opt(self):
-        return None
+    def create_options(self) -> dict:
+        options = super().create_options()
+        return {k: v for k, v in options.items() if k not in HARDENING} | {"storage_opt": None}
 
 
 class NoCpuCapSandbox(DockerSandbox):
     """Hardened, but with no CPU quota: separates the quota's cost from the rest."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._create_kwargs.pop("nano_cpus")
+    def create_options(self) -> dict:
+        return {k: v for k, v in super().create_options().items() if k != "nano_cpus"}
 
 
 class NoStorageCapSandbox(DockerSandbox):
     """Hardened, but with no kernel storage cap (btrfs qgroup); the watchdog still runs."""
 
-    def _storage_opt(self):
-        return None
+    def create_options(self) -> dict:
+        return super().create_options() | {"storage_opt": None}
 
 
 ARMS = {"runc plain": (PlainSandbox, None), "runc hardened": (DockerSandbox, "runc"),

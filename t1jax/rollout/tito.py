@@ -30,6 +30,12 @@ def encode_plain(tok: Tokenizer, text: str) -> list[int]:
         tok.encode_special_tokens = old
 
 
+def assistant_header_ids(tok: Tokenizer) -> list[int]:
+    """Ids of `<|im_start|>assistant\n`, with which every prompt and observation ends: a reply's
+    sampled ids always follow them (the loss-mask check reads this)."""
+    return tok.encode(ASSISTANT_HEADER, add_special_tokens=False).ids
+
+
 def encode_observation(tok: Tokenizer, observations: list[str], note: str = "") -> list[int]:
     """Ids of `chat.render_observation(observations, note)`: template with specials, bodies
     (and the harness's note after them, if any) plain."""
@@ -43,7 +49,7 @@ def encode_observation(tok: Tokenizer, observations: list[str], note: str = "") 
         ids += special(RESP_CLOSE)
     if note:
         ids += encode_plain(tok, "\n" + note)
-    return ids + special(f"{IM_END}\n{ASSISTANT_HEADER}")
+    return ids + special(f"{IM_END}\n") + assistant_header_ids(tok)
 
 
 class TrajectoryBuilder:

@@ -20,6 +20,7 @@ import struct
 import tarfile
 import time
 import uuid
+import weakref
 
 from t1jax.sandbox import base
 from t1jax.sandbox.base import Limits, SandboxError
@@ -37,13 +38,17 @@ SHM_BYTES = 64 * 2**20  # /dev/shm (tmpfs; its pages also count against the memo
 BTRFS_IMAGE_FACTOR, BTRFS_SLACK_BYTES = 1.1, 32 * 2**20
 
 
+_DAEMON_FACTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> facts
+
+
 def daemon_facts(client) -> dict:
-    """The daemon's storage driver and registered runtimes, asked once per client."""
-    facts = getattr(client, "_t1jax_facts", None)
+    """The daemon's storage driver and registered runtimes, asked once per client (a client
+    talks to one daemon; a new client asks again)."""
+    facts = _DAEMON_FACTS.get(client)
     if facts is None:
         info = client.info()
         facts = {"driver": info.get("Driver", ""), "runtimes": sorted(info.get("Runtimes") or {})}
-        client._t1jax_facts = facts
+        _DAEMON_FACTS[client] = facts
     return facts
 
 
@@ -150,6 +155,11 @@ class DockerSandbox(ShellSandbox):
             shm_size=SHM_BYTES, runtime=runtime or None, auto_remove=False)
         self.restarts = 0  # times the container itself stopped (all its processes killed)
 
+    def create_options(self) -> dict:
+        """The `docker run` settings of this sandbox: image, limits and every hardening option
+        (benchmarks take options out of it to price each one)."""
+        return dict(self._create_kwargs, storage_opt=self._storage_opt())
+
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> "DockerSandbox":
         import docker.errors
@@ -161,8 +171,7 @@ class DockerSandbox(ShellSandbox):
                 "; scripts/setup.sh registers runsc (gVisor) when it starts dockerd (BUILD.md, "
                 "Sandbox security), or set sandbox.runtime=''")
         try:
-            self.container = self.client.containers.run(**self._create_kwargs,
-                                                        storage_opt=self._storage_opt())
+            self.container = self.client.containers.run(**self.create_options())
         except docker.errors.DockerException as err:
             raise SandboxError(f"cannot start a sandbox from image {self.image}: {err}") from err
         try:
