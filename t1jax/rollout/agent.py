@@ -188,6 +188,108 @@ def exec_within_limits(sandbox, cmd: str, timeout: float, record: TurnRecord):
         return None
 
 
+class _Trial:
+    """The trial's chunks: the open one and the closed (audited, compacted) ones."""
+
+    def __init__(self, tokenizer: Tokenizer, prompt, tito: bool, max_tokens: int):
+        self.tokenizer, self.tito, self.max_tokens = tokenizer, tito, max_tokens
+        self.chunk = _Chunk(tokenizer, prompt, tito)
+        self.closed: list[_Chunk] = []
+
+    def spent(self) -> int:  # tokens of the finished chunks
+        return sum(len(c.tokens) for c in self.closed)
+
+    def new_chunk(self, prompt_ids, reserve: int) -> bool:
+        """Close the open chunk and start the next from prompt_ids, if the trial has room."""
+        if self.spent() + len(self.chunk.builder.tokens) + len(prompt_ids) + reserve \
+                > self.max_tokens:
+            return False
+        self.closed.append(self.chunk.close(len(self.closed)))
+        self.chunk = _Chunk(self.tokenizer, prompt_ids, self.tito)
+        return True
+
+
+class _Compactor:
+    """Context management in the tools harness (context.py): after each turn, the turn's tool
+    output goes into the chunk if a next turn still fits; else the chunk is compacted (elide:
+    a new chunk replaying the turns; summary: the policy summarises, then a new chunk starts
+    from its summary) or the episode stops."""
+
+    def __init__(self, tokenizer: Tokenizer, system: str, instruction: str,
+                 policy: ctx.ContextPolicy, sampling: SamplingParams, stops, prefix_len: int,
+                 budget: int):
+        self.tok, self.system, self.instruction, self.policy = tokenizer, system, instruction, \
+            policy
+        self.sampling, self.stops, self.prefix_len, self.budget = sampling, stops, prefix_len, \
+            budget
+        self.history: list[ctx.Turn] = []  # turns a new chunk replays (elide)
+        self.omitted = 0  # turns dropped from the replay so far
+        self.largest_output = 0  # tokens of the largest tool output so far (sizes the reserve)
+
+    def reserve(self) -> int:
+        return self.policy.reserve or ctx.auto_reserve(self.sampling.max_new_tokens,
+                                                       self.largest_output,
+                                                       self.budget - self.prefix_len)
+
+    def after_turn(self, trial: _Trial, engine: Engine, reply_at: int, observations,
+                   records: list, versions: list) -> bool:
+        """Place the turn's observations (compacting if need be); False: the context is
+        exhausted and the episode ends."""
+        p, chunk = self.policy, trial.chunk
+        if p.policy == "elide":
+            self.history.append(ctx.Turn(chunk.builder.tokens[reply_at:], observations))
+        output_ids = len(encode_observation(self.tok, observations))
+        self.largest_output = max(self.largest_output, output_ids)
+        after = len(chunk.builder.tokens) + output_ids
+        summary_room = (len(ctx.summary_note_ids(self.tok)) + p.summary_tokens
+                        if p.policy == "summary" else 0)
+        if self.budget - after >= self.reserve() + summary_room:
+            chunk.builder.add_observation(observations)
+            return True
+        if p.policy == "elide":
+            return self._elide(trial)
+        if p.policy == "summary":
+            return self._summarise(trial, engine, observations, after, summary_room, records,
+                                   versions)
+        return False
+
+    def _elide(self, trial: _Trial) -> bool:
+        p = self.policy
+        self.history = ctx.elide(self.history, p.keep_observations)
+        replay = ctx.replay_prompt(self.tok, self.system, self.instruction, self.history,
+                                   limit=min(self.budget - self.reserve(), self.prefix_len + int(
+                                       (self.budget - self.prefix_len) * p.replay_fraction)),
+                                   omitted=self.omitted)
+        if replay is None or not trial.new_chunk(replay[0], self.reserve()):
+            return False
+        self.history, self.omitted = self.history[replay[1]:], self.omitted + replay[1]
+        return True
+
+    def _summarise(self, trial: _Trial, engine: Engine, observations, after: int,
+                   summary_room: int, records: list, versions: list) -> bool:
+        chunk, shown = trial.chunk, observations  # the next chunk shows the output again
+        if self.budget - after < summary_room:
+            # this output and a summary do not both fit: the summary turn sees a stub of it
+            observations = ctx.stub(observations)
+            after = len(chunk.builder.tokens) + len(encode_observation(self.tok, observations))
+        if self.budget - after < summary_room:
+            return False
+        chunk.builder.add_observation(observations, note=ctx.SUMMARY_REQUEST)
+        res = chunk.generate(engine, dataclasses.replace(
+            self.sampling, stop_token_ids=self.stops,
+            max_new_tokens=self.policy.summary_tokens), True)
+        versions.append(res.weight_version)
+        records.append(TurnRecord(len(res.output_ids), res.finish_reason, [], [],
+                                  summary=True, chunk=len(trial.closed)))
+        summary = self.tok.decode(res.output_ids, skip_special_tokens=True)
+        ids = ctx.summary_prompt(self.tok, self.system, self.instruction, summary, shown,
+                                 limit=self.budget - self.reserve())
+        if len(ids) + self.reserve() > self.budget or not trial.new_chunk(ids, self.reserve()):
+            return False
+        self.history, self.omitted = [], 0
+        return True
+
+
 def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       sampling: SamplingParams, max_turns: int = 300,
                       max_tokens: int | None = None, timeout_s: float | None = None,
@@ -217,36 +319,16 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     if len(prefix) >= budget:
         raise RolloutError(f"the prompt ({len(prefix)} tokens) does not fit max_tokens "
                            f"{budget}")
-    largest_output = 0  # tokens of the largest tool output so far (sizes the reserve)
-
-    def reserve() -> int:
-        if context is None:
-            return 1
-        return context.reserve or ctx.auto_reserve(sampling.max_new_tokens, largest_output,
-                                                    budget - len(prefix))
-
-    chunk = _Chunk(tokenizer, prefix if tito else prefix_text, tito)
-    closed: list[_Chunk] = []  # finished (audited) chunks
-    history: list[ctx.Turn] = []  # turns a new chunk replays (elide)
-    omitted = 0  # turns dropped from the replay so far
+    trial = _Trial(tokenizer, prefix if tito else prefix_text, tito, max_tokens)
+    compactor = None if context is None else _Compactor(
+        tokenizer, system_prompt, task.instruction, context, sampling, stops, len(prefix), budget)
     records, versions = [], []
     finish, n_calls = "turns", 0
 
-    def spent() -> int:  # tokens of the finished chunks
-        return sum(len(c.tokens) for c in closed)
-
-    def new_chunk(prompt_ids) -> bool:
-        """Close the current chunk and start the next from prompt_ids, if the trial has room."""
-        nonlocal chunk
-        if spent() + len(chunk.builder.tokens) + len(prompt_ids) + reserve() > max_tokens:
-            return False
-        closed.append(chunk.close(len(closed)))
-        chunk = _Chunk(tokenizer, prompt_ids, tito)
-        return True
-
     for turn in range(max_turns):
+        chunk = trial.chunk
         prompt_len = len(chunk.builder.prompt_for_next_turn())
-        room = min(budget - prompt_len, max_tokens - spent() - prompt_len)
+        room = min(budget - prompt_len, max_tokens - trial.spent() - prompt_len)
         if room < 1:
             finish = "tokens"
             break
@@ -265,7 +347,7 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             errors.append(f"your reply was cut off after {len(res.output_ids)} tokens, before "
                           "a tool call or a final answer")
         record = TurnRecord(len(res.output_ids), res.finish_reason, [], errors,
-                            chunk=len(closed))
+                            chunk=len(trial.closed))
         records.append(record)
         if not commands and not errors:
             finish = "done"
@@ -293,51 +375,12 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             break
         if turn + 1 >= max_turns:  # only glue that a later turn will read
             break
-        if context is None:
+        if compactor is None:
             chunk.builder.add_observation(observations)
-            continue
-        if context.policy == "elide":
-            history.append(ctx.Turn(chunk.builder.tokens[reply_at:], observations))
-        output_ids = len(encode_observation(tokenizer, observations))
-        largest_output = max(largest_output, output_ids)
-        after = len(chunk.builder.tokens) + output_ids
-        summary_room = (len(ctx.summary_note_ids(tokenizer)) + context.summary_tokens
-                        if context.policy == "summary" else 0)
-        if budget - after >= reserve() + summary_room:
-            chunk.builder.add_observation(observations)
-            continue
-        # The next turn would not fit this chunk: compact (or stop).
-        if context.policy == "elide":
-            history = ctx.elide(history, context.keep_observations)
-            replay = ctx.replay_prompt(tokenizer, system_prompt, task.instruction, history,
-                                       limit=min(budget - reserve(), len(prefix) + int(
-                                           (budget - len(prefix)) * context.replay_fraction)),
-                                       omitted=omitted)
-            if replay is None or not new_chunk(replay[0]):
-                finish = "context"
-                break
-            history, omitted = history[replay[1]:], omitted + replay[1]
-            continue
-        shown = observations  # the next chunk shows it again after the summary
-        if context.policy == "summary" and budget - after < summary_room:
-            # this output and a summary do not both fit: the summary turn sees a stub of it
-            observations = ctx.stub(observations)
-            after = len(chunk.builder.tokens) + len(encode_observation(tokenizer, observations))
-        if context.policy == "summary" and budget - after >= summary_room:
-            chunk.builder.add_observation(observations, note=ctx.SUMMARY_REQUEST)
-            res = chunk.generate(engine, dataclasses.replace(
-                sampling, stop_token_ids=stops, max_new_tokens=context.summary_tokens), tito)
-            versions.append(res.weight_version)
-            records.append(TurnRecord(len(res.output_ids), res.finish_reason, [], [],
-                                      summary=True, chunk=len(closed)))
-            summary = tokenizer.decode(res.output_ids, skip_special_tokens=True)
-            ids = ctx.summary_prompt(tokenizer, system_prompt, task.instruction, summary,
-                                     shown, limit=budget - reserve())
-            if len(ids) + reserve() <= budget and new_chunk(ids):
-                history, omitted = [], 0
-                continue
-        finish = "context"
-        break
+        elif not compactor.after_turn(trial, engine, reply_at, observations, records, versions):
+            finish = "context"  # the next turn would not fit, and compaction cannot help
+            break
+    chunk, closed = trial.chunk, trial.closed
     if tito:
         closed.append(chunk.close(len(closed)))
         report = AuditReport()  # one report for the trial; offsets are within each chunk
