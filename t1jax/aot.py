@@ -93,9 +93,7 @@ def _abstract(tree, shardings):
 
 
 def _param_state(module_cls, cfg, mesh, rules):
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: module_cls(cfg, nnx.Rngs(0))), nnx.Param)
-    specs = sharding.param_specs(params, mesh, rules)
-    return graphdef, params, sharding.shardings(specs, mesh)
+    return sharding.abstract_state(lambda: module_cls(cfg, nnx.Rngs(0)), mesh, rules, nnx.Param)
 
 
 def train_state(cfg: ModelConfig, s: trainer_lib.Settings, mesh, rules=None):
@@ -217,6 +215,7 @@ class StepReport:
     collectives: dict
     chip: Chip
     error: str = ""  # the compiler's out-of-memory message when the step does not fit
+    kind: str = ""  # actor | critic | ppo | prefill | decode
 
     @property
     def total_bytes(self) -> int:
@@ -265,7 +264,8 @@ class StepReport:
         return out
 
 
-def measure(name: str, lowered, flops: tuple[float, float], chip: Chip) -> StepReport:
+def measure(name: str, lowered, flops: tuple[float, float], chip: Chip,
+            kind: str = "") -> StepReport:
     """Compile `lowered`; flops = (model, with recompute) per chip."""
     import time
     t0 = time.perf_counter()
@@ -277,7 +277,7 @@ def measure(name: str, lowered, flops: tuple[float, float], chip: Chip) -> StepR
             raise
         temp = int(float(found.group(1)) * 2**30) if found else 0
         return StepReport(name, time.perf_counter() - t0, 0, 0, 0, temp, 0.0, 0.0,
-                          *flops, {}, chip, str(err).splitlines()[0][:300])
+                          *flops, {}, chip, str(err).splitlines()[0][:300], kind)
     seconds = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
@@ -285,7 +285,7 @@ def measure(name: str, lowered, flops: tuple[float, float], chip: Chip) -> StepR
     return StepReport(name, seconds, mem.argument_size_in_bytes, mem.output_size_in_bytes,
                       mem.alias_size_in_bytes, mem.temp_size_in_bytes,
                       float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
-                      *flops, collectives(compiled.as_text()), chip)
+                      *flops, collectives(compiled.as_text()), chip, kind=kind)
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -322,7 +322,8 @@ def train_steps(cfg: ModelConfig, s: trainer_lib.Settings, mesh, rows: int, leng
                 out_shardings=(state_sh, None), donate_argnums=(0,)).lower(state, data, *extra)
         flops = tuple(model_flops(cfg, tokens, context, models * p) / mesh.size
                       for p in (per_model, per_model + recompute))
-        reports.append(measure(f"{name} step ({rows} x {length} tokens)", lowered, flops, chip))
+        reports.append(measure(f"{name} step ({rows} x {length} tokens)", lowered, flops, chip,
+                               name))
     return reports
 
 
@@ -357,13 +358,13 @@ def engine_steps(cfg: ModelConfig, mesh, batch_size: int, prefill: int, max_len:
                                             sampling)
     flops = (model_flops(cfg, batch_size * prefill, max_len / 2, 1) / mesh.size,) * 2
     reports.append(measure(f"engine prefill ({batch_size} x {prefill} tokens, cache {max_len})",
-                           lowered, flops, chip))
+                           lowered, flops, chip, "prefill"))
     with jax.set_mesh(mesh):
         lowered = jax_engine._decode.lower(graphdef, state, cache, vec(jnp.int32), vec(jnp.int32),
                                            vec(jnp.bool_), sampling)
     flops = (model_flops(cfg, batch_size, max_len / 2, 1) / mesh.size,) * 2
     reports.append(measure(f"engine decode ({batch_size} rows, cache {max_len})", lowered, flops,
-                           chip))
+                           chip, "decode"))
     return reports
 
 

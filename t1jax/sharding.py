@@ -109,12 +109,19 @@ def shardings(specs, mesh: Mesh):
                         is_leaf=lambda s: isinstance(s, P))
 
 
+def abstract_state(build, mesh: Mesh, rules=None, *filters):
+    """(graphdef, abstract state, its shardings by the rules) of the nnx module `build()`
+    returns, nothing allocated; filters select the state as nnx.split does."""
+    from flax import nnx
+    graphdef, state = nnx.split(nnx.eval_shape(build), *filters)
+    return graphdef, state, shardings(param_specs(state, mesh, rules), mesh)
+
+
 def create_sharded(build, mesh: Mesh, rules=None):
     """Build an nnx module with every parameter created already sharded: `build()` runs under
     jax.jit with out_shardings from the rules, so no host ever holds the whole model."""
     from flax import nnx
-    graphdef, abstract_state = nnx.split(nnx.eval_shape(build))
-    out = shardings(param_specs(abstract_state, mesh, rules), mesh)
+    graphdef, _, out = abstract_state(build, mesh, rules)
     init = jax.jit(lambda: nnx.split(build())[1], out_shardings=out)
     with jax.set_mesh(mesh):
         state = init()

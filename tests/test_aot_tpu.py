@@ -48,8 +48,7 @@ def run_check(config, model, topology, mesh, steps, tmp_path, *extra):
 
 
 def check_steps(result, steps):
-    assert [s["name"].split()[0] if s["name"].split()[0] != "engine" else s["name"].split()[1]
-            for s in result["steps"]] == steps.split(",")
+    assert [s["kind"] for s in result["steps"]] == steps.split(",")
     for step in result["steps"]:
         assert step["fits"] and 0 < step["total_bytes"] <= step["hbm_bytes"], step
         assert step["temp_bytes"] > 0 and step["model_flops"] > 0
