@@ -3,10 +3,11 @@ checked before every turn, and what to do when the next turn would not fit.
 
 Policies: `stop` ends the episode (finish "context"); `elide` starts a new chunk whose prompt
 replays the turns so far (the sampled reply ids verbatim) with old tool outputs replaced by a
-stub (the newest kept whole, the oldest turns dropped if even that is too long); `summary` first asks the policy itself to
-summarise its progress (the reply is sampled and trained like any other), then starts a new
-chunk from the instruction plus that summary and the output that filled the context, as
-Terminus-2 does near a full context.
+stub (the newest kept whole, the oldest turns dropped if even that is too long); `summary`
+first asks the policy itself to summarise its progress (the reply is sampled and trained like
+any other), then starts a new chunk from the instruction plus that summary and the output that
+filled the context, as Terminus-2 does near a full context. The tools harness applies them in
+agent.py, the Terminus-2 text harness to its messages in terminus_agent.py.
 
 Why chunks: a compaction rewrites the conversation, so the next prompt does not extend the
 previous one (TITO's "split" case). The new prompt is built from ids, sent to the engine as is

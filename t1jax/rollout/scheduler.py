@@ -7,9 +7,10 @@ turns so far are kept (each tagged with the weight version that sampled it, so t
 see the off-policy part), and later turns are sampled by the newer policy.
 
 Resuming without touching the agent loop: an episode's state is its open sandbox plus a log of
-every generate call and every command it served (compact: LoggedCall). The resumed run replays that log (recorded
-completions and observations, byte-identical, so the token record is rebuilt exactly) and then
-goes live on the same sandbox, whose files already hold the earlier commands' effects.
+every generate call (compact: LoggedCall) and every command it served. The resumed run replays
+that log (recorded completions and observations, byte-identical, so the token record is rebuilt
+exactly) and then goes live on the same sandbox, whose files already hold the earlier commands'
+effects.
 """
 
 from __future__ import annotations

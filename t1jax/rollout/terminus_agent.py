@@ -100,8 +100,8 @@ class _Compactor:
     to the conversation's messages): before a turn whose prompt would leave less than a turn's
     room in the chunk, `stop` ends the episode; `elide` rewrites the conversation with old
     terminal outputs stubbed (the oldest exchanges dropped if need be); `summary` asks the
-    policy for a summary in this chunk and continues from the task, that summary and the last
-    terminal output. A rewrite is a new chunk of the trial: its prompt is the rewritten
+    policy for a summary in this chunk and continues from the task and that summary, with the
+    last terminal output as the terminal's state. A rewrite is a new chunk of the trial: its prompt is the rewritten
     conversation exactly as the engine gets it."""
 
     def __init__(self, tok, system: str, instruction: str, policy: ctx.ContextPolicy,
@@ -125,8 +125,8 @@ class _Compactor:
             self.last_output = messages[-1][1]
             self.largest_output = max(self.largest_output,
                                       len(encode_plain(self.tok, self.last_output)))
-        ask = (len(encode_plain(self.tok, "\n\n" + ctx.SUMMARY_REQUEST)) + self.policy.summary_tokens
-               if self.policy.policy == "summary" else 0)
+        ask = (len(encode_plain(self.tok, "\n\n" + ctx.SUMMARY_REQUEST))
+               + self.policy.summary_tokens if self.policy.policy == "summary" else 0)
         if self._length(messages) + self.reserve() + ask <= self.budget:
             return messages, False
         if self.policy.policy == "elide":
@@ -145,10 +145,10 @@ class _Compactor:
 
     def after_summary(self, summary: str) -> list[tuple[str, str]]:
         self.asked, self.compactions = False, self.compactions + 1
-        head = (f"{self.instruction}\n\n{ctx.SUMMARY_HEADER}\n{summary.strip()}")
+        head = f"{self.instruction}\n\n{ctx.SUMMARY_HEADER}\n{summary.strip()}"
         for shown in (self.last_output, ctx.stub([self.last_output])[0], None):
-            text = head if shown is None else f"{head}\n\n{ctx.LAST_OUTPUT}\n{shown}"
-            messages = [("user", first_user_message(text))]
+            # the terminal as the summary left it: the output that filled the context
+            messages = [("user", first_user_message(head, shown or ""))]
             if shown is None or self._length(messages) + self.reserve() <= self.budget:
                 self.first, self.omitted = messages[0][1], 0
                 return messages
@@ -189,7 +189,7 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
 
     max_tokens bounds each engine prompt plus its completion (default: the engine's max_len);
     with `context` it is the whole trial's budget, and each chunk holds context.budget tokens
-    (compaction: see _compact). timeout_s is the episode's wall clock (default: the task's
+    (compaction: _Compactor). timeout_s is the episode's wall clock (default: the task's
     [agent] timeout_sec). The episode ends "done" on a confirmed task_complete. Raises
     RolloutError when the record is unusable.
     """
