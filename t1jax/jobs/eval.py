@@ -104,6 +104,9 @@ def run(config, workdir: Path) -> int:
     except ValueError as err:
         raise UsageError(f"config: {err}") from err
     engine_len = context.budget if context is not None else config.max_tokens  # one chunk
+    # with compaction a trial may span chunks: its own budget (0: one engine context)
+    trial_tokens = (config.get("trial_tokens", 0) if context is not None else 0) \
+        or config.max_tokens
     if config.engine == "embedded":
         from t1jax.rollout.batching import embedded_engine
         model, default_label = load_policy(config)
@@ -148,9 +151,7 @@ def run(config, workdir: Path) -> int:
                 tasks, engine, tok, backend, label=label, attempts=config.attempts,
                 harness=config.harness, sampling=sampling, limits=limits, scale=scale,
                 out_dir=workdir, concurrency=config.sandbox.concurrency,
-                max_turns=config.max_turns, max_tokens=(
-                    config.get("trial_tokens", 0) or config.max_tokens
-                    if context is not None else config.max_tokens),
+                max_turns=config.max_turns, max_tokens=trial_tokens,
                 timeout_s=config.timeout_s or None,
                 command_timeout_s=config.sandbox.command_timeout_s,
                 max_observation_bytes=config.sandbox.max_output_bytes,

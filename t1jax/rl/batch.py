@@ -81,11 +81,16 @@ def _round_rows(n: int, multiple: int) -> int:
     return multiple * (1 << (groups - 1).bit_length())
 
 
+def _end_after_sampled(mask) -> int:
+    """Length up to and including the last sampled id (all of it when none is sampled)."""
+    sampled = np.flatnonzero(mask)
+    return int(sampled[-1]) + 1 if len(sampled) else len(mask)
+
+
 def _used_length(sample) -> int:
     """Tokens up to the last sampled one: a tail of observation glue after it carries no loss,
     no reward and no value target, so it is not packed (and never makes a sample overlong)."""
-    sampled = np.flatnonzero(sample.loss_mask)
-    return int(sampled[-1]) + 1 if len(sampled) else len(sample.tokens)
+    return _end_after_sampled(sample.loss_mask)
 
 
 def _pieces(sample, limit: int) -> list[tuple[int, int]] | str:
@@ -105,11 +110,7 @@ def _pieces(sample, limit: int) -> list[tuple[int, int]] | str:
             pieces.append((start, c0))
             start = c0
     pieces.append((start, n))
-    trimmed = []
-    for a, b in pieces:
-        sampled = np.flatnonzero(sample.loss_mask[a:b])
-        trimmed.append((a, a + int(sampled[-1]) + 1 if len(sampled) else b))
-    return trimmed
+    return [(a, a + _end_after_sampled(sample.loss_mask[a:b])) for a, b in pieces]
 
 
 REWARDS = ("dense", "binary")

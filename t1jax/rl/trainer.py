@@ -11,8 +11,8 @@ Every step is jitted with explicit in/out shardings over the mesh and donates th
 
 from __future__ import annotations
 
-import dataclasses
 import collections
+import dataclasses
 import functools
 import time
 
@@ -260,7 +260,7 @@ class Trainer:
             metrics["batch/dropped_overlong"] = len(packed.dropped)
             pieces = collections.Counter(p[0] for p in packed.placements)
             metrics["batch/split_trials"] = sum(n > 1 for n in pieces.values())  # over rows
-            trials = max(len({p[0] for p in packed.placements}), 1)  # given to critic, actor
+            trials = max(len(pieces), 1)  # what the critic and actor were given
             metrics["reward/trained_mean"] = float(np.sum(packed.batch.rewards)) / trials
         if not isinstance(samples_or_batch, Batch):
             metrics.update(metrics_lib.sample_stats(samples_or_batch))

@@ -110,6 +110,8 @@ class _Compactor:
         self.max_new, self.prefix_len, self.budget = sampling.max_new_tokens, prefix_len, budget
         self.largest_output, self.asked, self.compactions, self.omitted = 0, False, 0, 0
         self.last_output, self.first = "", first_user_message(instruction)  # without a note
+        self.ask = (len(encode_plain(tok, "\n\n" + ctx.SUMMARY_REQUEST)) + policy.summary_tokens
+                    if policy.policy == "summary" else 0)  # room a summary turn needs
 
     def reserve(self) -> int:
         return self.policy.reserve or ctx.auto_reserve(self.max_new, self.largest_output,
@@ -125,9 +127,7 @@ class _Compactor:
             self.last_output = messages[-1][1]
             self.largest_output = max(self.largest_output,
                                       len(encode_plain(self.tok, self.last_output)))
-        ask = (len(encode_plain(self.tok, "\n\n" + ctx.SUMMARY_REQUEST))
-               + self.policy.summary_tokens if self.policy.policy == "summary" else 0)
-        if self._length(messages) + self.reserve() + ask <= self.budget:
+        if self._length(messages) + self.reserve() + self.ask <= self.budget:
             return messages, False
         if self.policy.policy == "elide":
             rewritten = self._elide(messages)
@@ -213,7 +213,8 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     compactor = _Compactor(tokenizer, system_prompt, task.instruction, context, sampling,
                            len(prefix), budget) if context is not None else None
     fresh = False  # the conversation was just rewritten: the next prompt starts a new chunk
-    while sum(not r.summary for r in records) < max_turns:  # a summary is not a turn
+    turns = 0  # a summary is not a turn
+    while turns < max_turns:
         chunk = chunks[-1]
         if records:  # re-render the whole conversation and join it to the ids we hold
             if compactor is not None and not fresh:
@@ -281,6 +282,7 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
         if summarising:  # the reply is the summary; the next chunk starts from it
             messages, fresh = compactor.after_summary(text), True
             continue
+        turns += 1
         reply, err = parse_terminus_reply(text)
         if err is not None:
             n_parse += 1
