@@ -283,3 +283,42 @@ def test_episode_log_keeps_routes_as_differences_and_replays_them_exactly():
     diverged = _LoggedEngine(None, state, stop)
     with pytest.raises(RolloutError, match="diverged from its log at call 0"):
         diverged.generate([[5] + prompts[0][1:]], SamplingParams())
+
+
+def test_seeded_trials_repeat_their_draws_and_carry_over_keeps_them():
+    """rollouts.sampling_seed: every live call gets its own seed from (seed, task, attempt,
+    call); a trial resumed from its log goes on with the seeds the uninterrupted trial would
+    have used; other attempts and other seeds draw other streams; no seed leaves the params."""
+    from t1jax.rollout.scheduler import _LoggedEngine, call_seed
+
+    class Seeds:
+        weight_version = "v"
+
+        def __init__(self):
+            self.seen = []
+
+        def generate(self, prompts, sampling):
+            self.seen.append(sampling.seed)
+            return [GenerateResult([1], [-0.5], np.zeros((len(prompts[0]), LAYERS, K), np.int32),
+                                   FINISH_STOP, "v")]
+
+    prompts = [list(range(5 + i)) for i in range(6)]
+
+    def run(seed_key, state=None, calls=6):
+        engine = Seeds()
+        logged = _LoggedEngine(engine, state or EpisodeState(sandbox=None), threading.Event(),
+                               seed_key)
+        for p in prompts[:calls]:
+            logged.generate([p], SamplingParams(seed=None))
+        return engine.seen
+
+    whole = run((7, "task-a", 3))
+    assert whole == [call_seed(7, "task-a", 3, i) for i in range(6)]
+    assert len(set(whole)) == 6 and all(0 <= s < 2**31 for s in whole)
+    assert run((7, "task-a", 3)) == whole
+    state = EpisodeState(sandbox=None)
+    assert run((7, "task-a", 3), state, calls=2) == whole[:2]
+    assert run((7, "task-a", 3), state) == whole[2:]  # two replayed, four live
+    for other in [(7, "task-a", 4), (7, "task-b", 3), (8, "task-a", 3)]:
+        assert not set(run(other)) & set(whole), other
+    assert run(None) == [None] * 6

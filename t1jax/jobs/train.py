@@ -127,6 +127,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,
                           tito=r.tito,
+                          seed=None if r.get("sampling_seed", -1) < 0 else r.sampling_seed,
                           context=context.from_config(r, trainer.cfg.max_position_embeddings,
                                                       config.rl.max_length),
                           **({} if system_prompt is None else {"system_prompt": system_prompt}))

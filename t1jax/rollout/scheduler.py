@@ -227,12 +227,24 @@ class LoggedCall:
         return len(prompt) == self.prompt_len and _digest(prompt) == self.digest
 
 
+def call_seed(seed: int, task_id: str, attempt: int, call: int) -> int:
+    """The sampling seed of one generate call of one trial: a hash, so that trials (and turns)
+    draw independent streams, yet a run repeats itself, carried-over and resumed trials
+    included ((task, attempt) is unique per run and checkpointed; the call index continues
+    across a replay). Below 2**31: SGLang's sampling_seed and the JAX engine both take it."""
+    digest = hashlib.blake2b(f"{seed}/{task_id}/{attempt}/{call}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "little") % 2**31
+
+
 class _LoggedEngine:
     """Replays the state's recorded generate calls, then calls the real engine, checking the
-    stop event before each live call (a turn boundary) and logging what it returns."""
+    stop event before each live call (a turn boundary) and logging what it returns. With a
+    seed_key (seed, task_id, attempt), each live call samples with its call_seed."""
 
-    def __init__(self, engine, state: EpisodeState, stop: threading.Event):
+    def __init__(self, engine, state: EpisodeState, stop: threading.Event,
+                 seed_key: tuple | None = None):
         self.engine, self.state, self.stop, self.i = engine, state, stop, 0
+        self.seed_key = seed_key
         self.max_len = getattr(engine, "max_len", 32768)
         self.weight_version = getattr(engine, "weight_version", "")
         self.last_routes = None  # the previous call's routes, whole
@@ -248,6 +260,8 @@ class _LoggedEngine:
             return [dataclasses.replace(call.result, routed_experts=self.last_routes)]
         if self.stop.is_set():
             raise TrialStopped()
+        if self.seed_key is not None:
+            sampling = dataclasses.replace(sampling, seed=call_seed(*self.seed_key, i))
         (res,) = self.engine.generate([prompt], sampling)
         self.state.calls.append(LoggedCall.of(prompt, res, self.last_routes))
         self.last_routes = np.asarray(res.routed_experts)
@@ -277,8 +291,12 @@ class _LoggedSandbox:
 
 def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
                   limits: Limits = Limits(), run_id: str = "adhoc", images: dict | None = None,
-                  verifier_mode: str = "script", **episode_kwargs) -> TrialFn:
+                  verifier_mode: str = "script", seed: int | None = None,
+                  **episode_kwargs) -> TrialFn:
     """The real trial: agent episode in a task sandbox, verification, Sample.
+
+    seed: None draws every call's sampling seed afresh; an int makes the run's rollouts
+    repeatable (call_seed per trial and call).
 
     engine: an Engine shared by all trials (it must accept concurrent generate calls), or a
     callable request -> Engine. episode_kwargs go to run_agent_episode (max_turns, timeout_s,
@@ -305,8 +323,10 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
                 timeout_s if timeout_s is not None else task.agent.timeout_sec))
         t0 = time.monotonic()
         try:
-            traj = run_agent_episode(task, _LoggedEngine(inner, state, stop), tokenizer,
-                                     _LoggedSandbox(state), sampling=sampling,
+            seed_key = None if seed is None else (seed, request.task_id, request.attempt)
+            logged = _LoggedEngine(inner, state, stop, seed_key)
+            traj = run_agent_episode(task, logged, tokenizer, _LoggedSandbox(state),
+                                     sampling=sampling,
                                      timeout_s=max(state.time_left_s, 0.0), **episode_kwargs)
         except TrialStopped:
             state.time_left_s -= time.monotonic() - t0
