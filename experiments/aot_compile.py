@@ -69,7 +69,8 @@ def main(argv) -> int:
     batch_chips = sizes[0] * sizes[1] * sizes[2]
     print(f"{len(devices)} x {devices[0].device_kind} ({_TOPOLOGY.value}), mesh "
           f"{dict(mesh.shape)}, model {cfg.model_type} {cfg.num_hidden_layers} layers, "
-          f"dispatch {cfg.moe_dispatch}, remat {cfg.remat}, attention {cfg.attention}", flush=True)
+          f"dispatch {cfg.moe_dispatch}, remat {cfg.remat}, scan_layers {cfg.scan_layers}, "
+          f"attention {cfg.attention}", flush=True)
 
     def compile_all(model_cfg):
         out = []

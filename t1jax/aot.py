@@ -138,16 +138,30 @@ def _computations(hlo: str):
     return comps, entry
 
 
+def _condition_trips(lines) -> int | None:
+    """Trips of a while loop whose condition is `counter < N` (or <=) on a constant N, the form
+    lax.scan and fori_loop compile to (counter from 0 by 1); None for any other condition."""
+    consts = dict(re.findall(r"%?([\w.\-]+) = s32\[\]\S* constant\((\d+)\)", " ".join(lines)))
+    for line in lines:
+        m = re.search(r"ROOT .* compare\(%?[\w.\-]+, %?([\w.\-]+)\), direction=(LT|LE)", line)
+        if m and m.group(1) in consts:
+            return int(consts[m.group(1)]) + (m.group(2) == "LE")
+    return None
+
+
 def _multipliers(comps, entry):
-    """How many times each computation runs per step: while bodies by their known trip count."""
+    """How many times each computation runs per step: while bodies by their trip count (XLA's
+    known_trip_count, else read from the loop's condition; 1 when neither says)."""
     calls = collections.defaultdict(list)
     for name, lines in comps.items():
         for line in lines:
             trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+            cond = re.search(r"condition=%?([\w.\-]+)", line)
+            n = (int(trips.group(1)) if trips
+                 else cond and _condition_trips(comps.get(cond.group(1), ())) or 1)
             for kind, callee in re.findall(r"(body|condition|calls|to_apply|branch_computations)"
                                            r"=\{?%?([\w.\-]+)", line):
-                calls[name].append((callee, int(trips.group(1)) if trips and kind == "body"
-                                    else 1))
+                calls[name].append((callee, n if kind == "body" else 1))
     times = collections.Counter()
 
     def visit(name, n):

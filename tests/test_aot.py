@@ -42,6 +42,33 @@ def test_collectives_multiplies_loop_bodies_by_trip_count():
     assert got["all-gather"]["count"] == 0
 
 
+def test_collectives_reads_trips_from_the_loop_condition_without_known_trip_count():
+    """libtpu's compiled layer scans carry no known_trip_count: the count then comes from the
+    condition `i < N` (here the form a TPU v5p compile printed, shortened)."""
+    hlo = """\
+%body.1 (p: (s32[], bf16[4,8])) -> (s32[], bf16[4,8]) {
+  %p = (s32[], bf16[4,8]) parameter(0)
+  %ag = bf16[4,8]{1,0} all-gather(bf16[1,8]{1,0} %x), dimensions={0}
+}
+%cond.2 (wide.param.11: (s32[], bf16[4,8])) -> pred[] {
+  %constant.1459.clone.1 = s32[]{:T(128)} constant(48)
+  %wide.param.11 = (s32[]{:T(128)}, bf16[4,8]) parameter(0)
+  %get-tuple-element.7359 = s32[]{:T(128)} get-tuple-element(%wide.param.11), index=0
+  ROOT %lt.635 = pred[]{:T(512)} compare(%get-tuple-element.7359, %constant.1459.clone.1), \
+direction=LT, metadata={op_name="jit(critic_step)/while/cond/lt"}
+}
+%cond.3 (q: (s32[], bf16[4,8])) -> pred[] {
+  ROOT %c = pred[] custom-call(%q), custom_call_target="opaque"
+}
+ENTRY %main.4 (a: bf16[4,8]) -> bf16[4,8] {
+  %w = (s32[], bf16[4,8]) while(%t), condition=%cond.2, body=%body.1
+  %v = (s32[], bf16[4,8]) while(%t), condition=%cond.3, body=%body.1
+}
+"""
+    got = aot.collectives(hlo)
+    assert got["all-gather"] == {"count": 48 + 1, "bytes": (48 + 1) * 4 * 8 * 2}
+
+
 def test_model_flops_is_six_n_d_plus_attention():
     cfg = tiny_config().replace(tie_word_embeddings=False)
     counts = param_counts(cfg)

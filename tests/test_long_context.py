@@ -1,8 +1,9 @@
 """What makes 32k-64k-token training rows fit (ahead-of-time compile, experiments/aot_compile.py),
 checked on CPU against the plain paths: the model with flash attention computes the naive
 attention's logits and routes (packed rows, and prefill + decode through the KV cache in the
-engine), layer remat leaves loss and gradients unchanged, and the trainer's chunked vocabulary
-reduction (rl.logits_chunk) gives the full-logits step's update and metrics."""
+engine), layer remat leaves loss and gradients unchanged, layers under lax.scan (scan_layers)
+compute the unrolled model's loss, gradients, routes and aux loss, and the trainer's chunked
+vocabulary reduction (rl.logits_chunk) gives the full-logits step's update and metrics."""
 
 import dataclasses
 
@@ -13,7 +14,7 @@ import pytest
 from flax import nnx
 
 from conftest import tiny_causal_lm
-from t1jax.model.transformer import CausalLM, use_flash
+from t1jax.model.transformer import CausalLM, scan_plan, use_flash
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
 
@@ -104,3 +105,65 @@ def test_moe_token_chunks_leave_the_model_unchanged(any_model):
     np.testing.assert_allclose(np.asarray(outs[1].logits), np.asarray(outs[0].logits),
                                atol=1e-5, rtol=0)
     np.testing.assert_array_equal(np.asarray(outs[1].routes), np.asarray(outs[0].routes))
+
+
+def deeper(family: str, layers: int):
+    """A fresh tiny model of `family` with `layers` layers (Qwen3.5: its 3 + 1 block repeated)."""
+    cfg = tiny_causal_lm(family).model.cfg
+    changes = dict(num_hidden_layers=layers)
+    if cfg.layer_types:
+        changes["layer_types"] = cfg.layer_types * (layers // len(cfg.layer_types))
+    return CausalLM(cfg.replace(**changes), nnx.Rngs(1))
+
+
+def test_scan_plan_finds_the_repeating_block():
+    """Qwen3 with its dense layer 0: a scan of 1-layer blocks from layer 1; Qwen3.5: blocks of
+    three linear-attention layers and one full; one block alone does not repeat."""
+    assert scan_plan(deeper("qwen3_moe", 4).model.layers) == (1, 1)
+    assert scan_plan(deeper("qwen3_5_moe", 8).model.layers) == (0, 4)
+    assert scan_plan(deeper("qwen3_5_moe", 4).model.layers) == (4, 0)
+
+
+@pytest.mark.parametrize("family,layers,remat", [("qwen3_moe", 4, False), ("qwen3_moe", 4, True),
+                                                 ("qwen3_5_moe", 8, True)])  # remat: as configs run
+def test_scanned_layers_equal_unrolled_layers(family, layers, remat):
+    """Loss, every gradient, the routes used and the router's own, and the aux loss are the
+    unrolled model's, free and with replayed (R3) routes; the scan really is one loop."""
+    base = deeper(family, layers)
+    cfg = base.model.cfg
+    tokens, pos, seg = packed_rows(cfg.vocab_size)
+    rng = np.random.RandomState(2)
+    replay = rng.randint(0, cfg.num_experts, (2, 80, layers, cfg.num_experts_per_tok))
+    replay[:, ::7] = -1  # some tokens route freely
+    replay = jnp.asarray(replay, jnp.int32)
+
+    def loss(model, routes):
+        out = model(tokens, pos, seg, routes=routes)
+        value = jnp.mean(jnp.where(seg[..., None] > 0, out.logits, 0.0) ** 2) + out.aux_loss
+        return value, out
+
+    for routes in (None, replay):
+        (l0, o0), g0 = jax.jit(nnx.value_and_grad(loss, has_aux=True))(
+            variant(base, remat=remat), routes)
+        (l1, o1), g1 = jax.jit(nnx.value_and_grad(loss, has_aux=True))(
+            variant(base, remat=remat, scan_layers=True), routes)
+        np.testing.assert_allclose(float(l1), float(l0), rtol=1e-6)
+        np.testing.assert_allclose(float(o1.aux_loss), float(o0.aux_loss), rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(o1.routes), np.asarray(o0.routes))
+        np.testing.assert_array_equal(np.asarray(o1.free_routes), np.asarray(o0.free_routes))
+        for (path, a), (_, b) in zip(nnx.to_flat_state(g0), nnx.to_flat_state(g1), strict=True):
+            a, b = np.asarray(a.get_value()), np.asarray(b.get_value())
+            # each gradient to 1e-4 of its own norm plus a 1e-9 floor: float32 sums in another
+            # order move Gated DeltaNet's A_log and dt_bias gradients (~1e-7 here) by ~1e-10,
+            # while a missing or misrouted gradient misses by its own size
+            assert np.linalg.norm(b - a) <= 1e-4 * np.linalg.norm(a) + 1e-9, path
+
+    def top_level_scans(scan):
+        model = variant(base, scan_layers=scan)
+        jaxpr = jax.make_jaxpr(lambda m: m(tokens, pos, seg).logits)(model).jaxpr
+        return [e.params["length"] for e in jaxpr.eqns if e.primitive.name == "scan"]
+    # one loop over the repeats holds every scanned layer (Gated DeltaNet's own chunk scans
+    # sit inside it, where unrolled they are one per linear-attention layer)
+    repeats = {"qwen3_moe": layers - 1, "qwen3_5_moe": layers // 4}[family]
+    assert top_level_scans(True) == [repeats]
+    assert len(top_level_scans(False)) == {"qwen3_moe": 0, "qwen3_5_moe": layers * 3 // 4}[family]

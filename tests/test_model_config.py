@@ -44,7 +44,7 @@ QWEN3_30B_JSON = {
 def test_real_config_json_matches_our_config_file():
     ours = model_config_from(load_config("qwen3_30b_a3b").model)
     loaded = ModelConfig.from_hf_dict(QWEN3_30B_JSON, param_dtype="bfloat16",
-                                      compute_dtype="bfloat16", remat=True)
+                                      compute_dtype="bfloat16", remat=True, scan_layers=True)
     assert loaded == ours
 
 
@@ -161,14 +161,16 @@ def test_hf_round_trip(hf, name):
     hf_config = hf.Qwen3MoeConfig.from_dict(cfg.to_hf_dict())
     assert hf_config.num_experts == cfg.num_experts and hf_config.head_dim == cfg.head_dim
     back = ModelConfig.from_hf_dict(hf_config.to_dict(), param_dtype=cfg.param_dtype,
-                                    compute_dtype=cfg.compute_dtype, remat=cfg.remat)
+                                    compute_dtype=cfg.compute_dtype, remat=cfg.remat,
+                                    scan_layers=cfg.scan_layers)
     assert back == cfg
     # and through a saved config.json + AutoConfig
     auto = hf.AutoConfig.for_model(**json.loads(json.dumps(cfg.to_hf_dict())))
     assert type(auto).__name__ == "Qwen3MoeConfig"
     assert ModelConfig.from_hf_dict(json.loads(auto.to_json_string()),
                                     param_dtype=cfg.param_dtype,
-                                    compute_dtype=cfg.compute_dtype, remat=cfg.remat) == cfg
+                                    compute_dtype=cfg.compute_dtype, remat=cfg.remat,
+                                    scan_layers=cfg.scan_layers) == cfg
 
 
 def _hf_model(hf, cfg: ModelConfig):
@@ -245,7 +247,7 @@ def test_qwen3_5_35b_shapes_are_transformers_defaults(hf):
     context length and token ids are the checkpoint's, not HF's defaults."""
     ours = model_config_from(load_config("qwen3_5_35b_a3b").model)
     keep = ("rope_theta", "max_position_embeddings", "bos_token_id", "eos_token_id",
-            "pad_token_id", "param_dtype", "compute_dtype", "remat")
+            "pad_token_id", "param_dtype", "compute_dtype", "remat", "scan_layers")
     default = ModelConfig.from_hf_dict(hf.Qwen3_5MoeTextConfig().to_dict(),
                                        **{k: getattr(ours, k) for k in keep})
     assert default == ours
@@ -258,7 +260,8 @@ def test_qwen3_5_configs_round_trip_through_transformers(hf, name):
     assert hf_config.layer_types == list(cfg.layer_types)
     assert hf_config.linear_num_value_heads == cfg.linear_num_value_heads
     back = ModelConfig.from_hf_dict(hf_config.to_dict(), param_dtype=cfg.param_dtype,
-                                    compute_dtype=cfg.compute_dtype, remat=cfg.remat)
+                                    compute_dtype=cfg.compute_dtype, remat=cfg.remat,
+                                    scan_layers=cfg.scan_layers)
     assert back == cfg
 
 

@@ -222,7 +222,7 @@ def check_sharded_grads(cfg, shape, seed):
 
 def assert_grads_match(grads, ref_grads, state):
     """Sharded gradients equal the single-device ones (to 1e-5 of each gradient's largest
-    entry), laid out like their parameters, and not all zero."""
+    entry, plus 1e-10), laid out like their parameters, and not all zero."""
     flat, ref_flat = nnx.to_flat_state(grads), nnx.to_flat_state(ref_grads)
     params = nnx.to_flat_state(state)
     for (path, g), (ref_path, r), (_, p) in zip(flat, ref_flat, params, strict=True):
@@ -230,7 +230,10 @@ def assert_grads_match(grads, ref_grads, state):
         g, r, p = g.get_value(), r.get_value(), p.get_value()
         assert g.sharding.is_equivalent_to(p.sharding, g.ndim), (path, g.sharding, p.sharding)
         scale = float(np.max(np.abs(np.asarray(r)))) or 1.0
-        np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-5 * scale, rtol=1e-4,
+        # + 1e-10: deep layers' Gated DeltaNet gradients are ~1e-7 here and float32 sums split
+        # across devices move them by ~5e-11
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-5 * scale + 1e-10,
+                                   rtol=1e-4,
                                    err_msg=str(path))
     assert any(float(np.max(np.abs(np.asarray(v.get_value())))) > 0 for _, v in flat)
 
@@ -257,6 +260,17 @@ def test_hybrid_sharded_forward_and_grad_match_single_device(shape=(2, 1, 2, 2))
     grads = check_sharded_grads(cfg, shape, seed=3)
     a_log = dict(nnx.to_flat_state(grads))[("model", "layers", 0, "attn", "A_log")]
     assert float(np.max(np.abs(np.asarray(a_log.get_value())))) > 0  # the decay is trained
+
+
+def test_scanned_layers_shard_and_differentiate_like_unrolled_ones():
+    """scan_layers: each stacked parameter keeps its layer's layout (the new leading axis
+    unsplit), and the sharded gradients equal one device's: Qwen3 scanned from layer 1, and
+    Qwen3.5's block of three linear-attention layers and one full, twice."""
+    check_sharded_grads(tiny_config(num_hidden_layers=4, scan_layers=True, remat=True),
+                        (2, 2, 2, 1), seed=2)
+    hybrid = hybrid_config()
+    check_sharded_grads(hybrid.replace(num_hidden_layers=8, layer_types=hybrid.layer_types * 2,
+                                       scan_layers=True, remat=True), (2, 1, 2, 2), seed=3)
 
 
 # -- spec_for --------------------------------------------------------------------------------------

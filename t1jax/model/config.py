@@ -40,7 +40,7 @@ _REQUIRED_QWEN3_5 = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_
                      "linear_num_key_heads", "linear_num_value_heads")
 # t1jax-only fields: set by our configs (or from_hf_dict's overrides), never read from HF.
 _T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef", "remat",
-                 "attention", "attention_block", "moe_token_chunk")
+                 "attention", "attention_block", "moe_token_chunk", "scan_layers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +94,10 @@ class ModelConfig:
     attention_block: int = 512
     # the expert FFN runs over at most this many tokens per device at a time (bounded buffers)
     moe_token_chunk: int = 8192
+    # Training forwards run the repeating layers under lax.scan (parameters stay per layer):
+    # one layer's program, compiled once, and at most about one layer's weights and buffers in
+    # flight, where an unrolled loop lets XLA's scheduler run weight gathers far ahead
+    scan_layers: bool = False
 
     def __post_init__(self):
         # Normalize containers so configs built from JSON / ConfigDict lists compare and hash equal.

@@ -16,6 +16,7 @@ attend only within their segment, causally, so several samples can share a row).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -166,6 +167,77 @@ class DecoderLayer(nnx.Module):
         return x, (indices, free), aux, new_layer
 
 
+def _signature(layer) -> tuple:
+    """What must match for two layers to share one scanned program: the module graph and every
+    parameter's shape and dtype."""
+    graphdef, state = nnx.split(layer)
+    leaves, tree = jax.tree.flatten(state)
+    return graphdef, tree, tuple((x.shape, x.dtype) for x in leaves)
+
+
+def scan_plan(layers) -> tuple[int, int]:
+    """(start, period): layers[start:] are a block of `period` layers repeated at least twice
+    (Qwen3: 1; Qwen3.5's three linear-attention layers and one full: 4); the earliest start,
+    then the shortest period. (len(layers), 0) when nothing repeats."""
+    sigs = [_signature(layer) for layer in layers]
+    n = len(sigs)
+    for start in range(n - 1):
+        for period in range(1, (n - start) // 2 + 1):
+            if (n - start) % period == 0 and all(sigs[i] == sigs[i - period]
+                                                  for i in range(start + period, n)):
+                return start, period
+    return n, 0
+
+
+def _constrain_stacked(names, variable):
+    """A stacked parameter keeps its layer's layout, with the new leading axis unsplit."""
+    from t1jax import sharding
+    names = tuple(names.get_value() if hasattr(names, "get_value") else names)
+    return variable.replace(sharding.constrain(variable.get_value(), (None,) + names))
+
+
+def scan_layers(layers, period: int, x, positions, segment_ids, routes, remat: bool, k: int):
+    """Run `layers` (a block of `period` layers, repeated) under lax.scan over the repeats.
+    Each block position's parameters are stacked along a new leading axis for the scan (a
+    copy, constrained to each parameter's own layout) and the gradient flows back to the
+    per-layer parameters through the stack. Returns (x, (used, free) routes [B, S, n, k],
+    [per-repeat MoE aux losses])."""
+    b, s = x.shape[:2]
+    repeats = len(layers) // period
+    graphdefs, stacked = [], []
+    for j in range(period):
+        splits = [nnx.split(layers[r * period + j]) for r in range(repeats)]
+        graphdefs.append(splits[0][0])
+        state = jax.tree.map(lambda *xs: jnp.stack(xs), *[st for _, st in splits])
+        stacked.append(jax.tree.map(_constrain_stacked, nnx.get_partition_spec(state), state,
+                                    is_leaf=lambda v: isinstance(v, nnx.Variable)))
+    if routes is not None:  # [B, S, n, k] -> [repeats, period, B, S, k]
+        routes = jnp.moveaxis(routes.reshape(b, s, repeats, period, -1), (2, 3), (0, 1))
+
+    def apply(graphdef, state, x, replay):
+        return nnx.merge(graphdef, state)(x, positions, segment_ids, replay)
+
+    calls = [jax.checkpoint(functools.partial(apply, g), prevent_cse=False) if remat
+             else functools.partial(apply, g) for g in graphdefs]
+
+    def body(x, xs):
+        states, replay = xs
+        used, free, aux = [], [], []
+        for j in range(period):
+            x, (indices, chosen), a, _ = calls[j](states[j], x,
+                                                  None if replay is None else replay[j])
+            dense = jnp.full((b, s, k), -1, jnp.int32)
+            used.append(dense if indices is None else indices)
+            free.append(dense if chosen is None else chosen)
+            if a is not None:
+                aux.append(a)
+        return x, (jnp.stack(used), jnp.stack(free), jnp.stack(aux) if aux else None)
+
+    x, (used, free, aux) = jax.lax.scan(body, x, (tuple(stacked), routes))
+    merge = lambda r: jnp.moveaxis(r, (0, 1), (2, 3)).reshape(b, s, repeats * period, -1)  # noqa
+    return x, (merge(used), merge(free)), ([] if aux is None else [aux])
+
+
 class Transformer(nnx.Module):
     """Embedding, decoder layers and the final norm: the backbone both heads share."""
 
@@ -190,11 +262,13 @@ class Transformer(nnx.Module):
         k = cfg.num_experts_per_tok
         used, free_used, aux_losses, new_layers = [], [], [], []
         none = jnp.full((b, s, k), -1, jnp.int32)
-        if cfg.remat and cache is None:
+        train = cache is None
+        if cfg.remat and train:
             remat_layer = nnx.remat(lambda layer, *args: layer(*args))
-        for i, layer in enumerate(self.layers):
+        start, period = scan_plan(self.layers) if cfg.scan_layers and train else (len(self.layers), 0)
+        for i, layer in enumerate(self.layers[:start]):
             replay = None if routes is None else routes[:, :, i, :]
-            if cfg.remat and cache is None:
+            if cfg.remat and train:
                 x, (indices, free), aux, new_layer = remat_layer(layer, x, positions,
                                                                  segment_ids, replay)
             else:
@@ -207,8 +281,18 @@ class Transformer(nnx.Module):
             if aux is not None:
                 aux_losses.append(aux)
             new_layers.append(new_layer)
-        routes_out = (jnp.stack(used, axis=2), jnp.stack(free_used, axis=2))
-        aux_loss = jnp.mean(jnp.stack(aux_losses)) if aux_losses else jnp.zeros((), jnp.float32)
+        if period:
+            x, scanned, aux = scan_layers(self.layers[start:], period, x, positions, segment_ids,
+                                          None if routes is None else routes[:, :, start:],
+                                          cfg.remat, k)
+            used.append(scanned[0])
+            free_used.append(scanned[1])
+            aux_losses.extend(aux)
+        stack = lambda parts: jnp.concatenate([p if p.ndim == 4 else p[:, :, None] for p in parts],
+                                              axis=2)  # noqa: E731
+        routes_out = (stack(used), stack(free_used))
+        aux_loss = (jnp.mean(jnp.concatenate([jnp.ravel(a) for a in aux_losses]))
+                    if aux_losses else jnp.zeros((), jnp.float32))
         new_cache = None if cache is None else cache.replace_layers(new_layers, positions,
                                                                    segment_ids)
         return self.norm(x), routes_out, aux_loss, new_cache  # routes_out: (used, free)
