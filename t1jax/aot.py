@@ -228,7 +228,7 @@ class StepReport:
     hardware_flops: float  # per chip, with the remat recompute
     collectives: dict
     chip: Chip
-    error: str = ""  # the compiler's out-of-memory message when the step does not fit
+    error: str = ""  # the compiler's out-of-memory message (with its largest allocations)
     kind: str = ""  # actor | critic | ppo | prefill | decode
 
     @property
@@ -262,7 +262,9 @@ class StepReport:
     def lines(self) -> list[str]:
         gb = 1e9
         if self.error:
-            return [f"{self.name}: DOES NOT FIT: {self.error} (after {self.compile_s:.0f} s)"]
+            first, *rest = self.error.splitlines()
+            return ([f"{self.name}: DOES NOT FIT: {first} (after {self.compile_s:.0f} s)"]
+                    + [f"  {line}" for line in rest[:40] if line.strip()])
         out = [f"{self.name}: {self.total_bytes / gb:.1f} GB of {self.chip.hbm_bytes / gb:.0f} GB "
                f"per chip ({'fits' if self.fits else 'DOES NOT FIT'}): arguments "
                f"{self.argument_bytes / gb:.1f}, outputs {self.output_bytes / gb:.1f} (aliased "
@@ -291,7 +293,7 @@ def measure(name: str, lowered, flops: tuple[float, float], chip: Chip,
             raise
         temp = int(float(found.group(1)) * 2**30) if found else 0
         return StepReport(name, time.perf_counter() - t0, 0, 0, 0, temp, 0.0, 0.0,
-                          *flops, {}, chip, str(err).splitlines()[0][:300], kind)
+                          *flops, {}, chip, str(err)[:8000], kind)
     seconds = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()

@@ -3,10 +3,11 @@ installs): the trainer's actor and critic steps and the engine's prefill and dec
 a TPU v5p topology on this host, with both model families, and report memory, FLOPs and
 collectives. Skipped, with the reason, where .venv-tpu is missing.
 
-The real-scale configs are `test_real_config_fits_its_topology`, opt-in (T1JAX_AOT_REAL=1):
-each full-depth step compiles for 8+ minutes in 12+ GB of host memory (the fused PPO step of
-Qwen3-30B-A3B was killed at 23 GB), and Qwen3-30B-A3B's critic step does not fit v5p-64 yet
-(108.8 GB per chip at 32k-token rows; BUILD.md has the numbers). It fails with those numbers."""
+`test_real_config_fits_its_topology` compiles the real-scale configs at full depth, layers under
+lax.scan: Qwen3-30B-A3B on v5p-64 fits (actor 61.6, critic 56.5 GB of 95 per chip at 32k-token
+rows) and runs by default, about 11 minutes and 10 GB of host memory. Qwen3-235B-A22B and the
+T1 setting on v5p-256 do not fit yet (BUILD.md has the numbers); they are opt-in
+(T1JAX_AOT_REAL=1) and fail with those numbers until they do."""
 
 import json
 import os
@@ -23,14 +24,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not TPU_PYTHON.exists(), reason="no .venv-tpu (libtpu): bash scripts/test.sh installs it "
     "from requirements-tpu.txt; T1JAX_SKIP_TPU_AOT=1 turns that off")]
 
-# name: (run config, model config or None, topology, mesh data,fsdp,expert,tensor, steps)
+# name: (run config, model config or None, topology, mesh data,fsdp,expert,tensor, steps,
+#        fits today: runs by default; the others only under T1JAX_AOT_REAL=1)
 REAL = {
-    "qwen3_30b_a3b": ("configs/qwen3_30b_a3b.py", None, "v5p:2x4x4", "1,4,8,1", "actor,critic"),
+    "qwen3_30b_a3b": ("configs/qwen3_30b_a3b.py", None, "v5p:2x4x4", "1,4,8,1", "actor,critic",
+                      True),
     "qwen3_235b_a22b": ("configs/qwen3_235b_a22b.py", None, "v5p:4x4x8", "1,16,8,1",
-                        "actor,critic"),
+                        "actor,critic", False),
     "t1_qwen35_122b": ("configs/t1_qwen35_122b.py", None, "v5p:4x4x8", "1,16,8,1",
-                       "actor,critic"),
+                       "actor,critic", False),
 }
+HOST_GB_NEEDED = 12  # a full-depth scanned step peaks at 10.4 GB of host memory
+
+
+def host_available_gb() -> float:
+    with open("/proc/meminfo") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["MemAvailable"].split()[0]) / 2**20
 STEPS = "actor,critic,prefill,decode"
 
 
@@ -66,10 +76,13 @@ def test_tiny_models_compile_for_a_v5p_topology(model, tmp_path):
     check_steps(result, STEPS)
 
 
-@pytest.mark.skipif(os.environ.get("T1JAX_AOT_REAL") != "1",
-                    reason="opt-in (T1JAX_AOT_REAL=1): 8+ min and 12+ GB of host memory per "
-                    "full-depth step; see the module docstring")
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_config_fits_its_topology(name, tmp_path):
-    config, model, topology, mesh, steps = REAL[name]
+    config, model, topology, mesh, steps, fits_today = REAL[name]
+    if not fits_today and os.environ.get("T1JAX_AOT_REAL") != "1":
+        pytest.skip(f"{name} does not fit {topology} yet (BUILD.md, 'Ahead-of-time TPU checks', "
+                    "has the numbers); T1JAX_AOT_REAL=1 runs it, ~13 min, and fails with them")
+    if host_available_gb() < HOST_GB_NEEDED:
+        pytest.skip(f"{name}: compiling a full-depth step needs ~{HOST_GB_NEEDED} GB of free "
+                    f"host memory, this host has {host_available_gb():.1f} GB available")
     check_steps(run_check(config, model, topology, mesh, steps, tmp_path), steps)

@@ -273,6 +273,62 @@ def test_scanned_layers_shard_and_differentiate_like_unrolled_ones():
                                        scan_layers=True, remat=True), (2, 1, 2, 2), seed=3)
 
 
+@pytest.mark.parametrize("shape", [(2, 2, 2, 1), (1, 1, 4, 2)], ids=lambda s: "x".join(map(str, s)))
+def test_expert_parallel_token_gather_matches_single_device(shape):
+    """moe_sharding="gather_tokens": experts stay on their expert-axis device, tokens travel;
+    the forward, routes and gradients equal one device's (experts split 2 and 4 ways, the
+    second with the expert FFN width split over `tensor` too)."""
+    cfg = tiny_config(tie_word_embeddings=False, moe_sharding="gather_tokens")
+    mesh, graphdef, state = sharded_model(shape, cfg)
+    state_shardings = sharding.shardings(sharding.param_specs(state, mesh), mesh)
+    tok_s = named(mesh, ("batch", "length"), (B, S))
+    tokens = tokens_for(cfg, seed=4)
+    with jax.set_mesh(mesh):
+        logits, routes = jax.jit(forward_fn(graphdef), in_shardings=(state_shardings, tok_s),
+                                 compiler_options=FAST_COMPILE)(state, jax.device_put(tokens, tok_s))
+    ref_logits, ref_routes = jax.jit(forward_fn(graphdef), compiler_options=FAST_COMPILE)(
+        on_one_device(state), tokens)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(ref_logits), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(np.asarray(routes), np.asarray(ref_routes))
+    check_sharded_grads(cfg, shape, seed=5)
+
+
+def test_expert_parallel_with_rows_replicated_over_the_expert_axis():
+    """Rows that do not divide the expert axis stay whole on every device: each device runs its
+    own experts on them and the partial outputs are summed. Same as the plain expert FFN."""
+    from t1jax.model.dispatch import expert_ffn
+    from t1jax.model.expert_sharding import expert_ffn_sharded
+    mesh = sharding.make_mesh(1, 2, 4, 1)
+    e, d, f, t, k = 8, 16, 8, 6, 2  # 6 rows: fsdp (2) divides, fsdp * expert (8) does not
+    keys = jax.random.split(jax.random.key(7), 5)
+    x = jax.random.normal(keys[0], (t, d))
+    idx = jax.random.randint(keys[1], (t, k), -1, e, jnp.int32)  # -1: no expert
+    w = jax.random.uniform(keys[2], (t, k))
+    wg, wu = (jax.random.normal(kk, (e, d, f)) / 4 for kk in keys[3:5])
+    wd = jax.random.normal(keys[0], (e, f, d)) / 4
+    assert sharding.spec_for(("batch", None), (t, d), dict(mesh.shape)) == P("fsdp", None)
+
+    def loss(fn, *args):
+        y = fn(*args)
+        return jnp.sum(y * jnp.cos(y)), y
+
+    ref = jax.value_and_grad(lambda *a: loss(lambda *b: expert_ffn(*b, strategy="blocked"), *a),
+                             argnums=(0, 3, 4, 5), has_aux=True)
+    sharded = jax.value_and_grad(lambda *a: loss(lambda *b: expert_ffn_sharded(
+        *b, strategy="blocked", mode="gather_tokens"), *a), argnums=(0, 3, 4, 5), has_aux=True)
+    (_, y_ref), g_ref = ref(x, idx, w, wg, wu, wd)
+    with jax.set_mesh(mesh):
+        (_, y), g = jax.jit(sharded)(x, idx, w, wg, wu, wd)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), atol=1e-5, rtol=1e-5)
+    for a, b in zip(g, g_ref, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
+
+
+def test_unknown_moe_sharding_is_named():
+    with pytest.raises(ValueError, match="moe_sharding"):
+        tiny_config(moe_sharding="all_to_all")
+
+
 # -- spec_for --------------------------------------------------------------------------------------
 
 MESH_222 = {"data": 2, "fsdp": 2, "expert": 2, "tensor": 1}

@@ -40,7 +40,8 @@ _REQUIRED_QWEN3_5 = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_
                      "linear_num_key_heads", "linear_num_value_heads")
 # t1jax-only fields: set by our configs (or from_hf_dict's overrides), never read from HF.
 _T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef", "remat",
-                 "attention", "attention_block", "moe_token_chunk", "scan_layers")
+                 "attention", "attention_block", "moe_token_chunk", "scan_layers",
+                 "moe_sharding")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,9 @@ class ModelConfig:
     attention_block: int = 512
     # the expert FFN runs over at most this many tokens per device at a time (bounded buffers)
     moe_token_chunk: int = 8192
+    # how a mesh brings tokens and experts together (t1jax/model/expert_sharding.py):
+    # "gather_weights" (each layer's experts gathered whole) | "gather_tokens" (expert parallel)
+    moe_sharding: str = "gather_weights"
     # Training forwards run the repeating layers under lax.scan (parameters stay per layer):
     # one layer's program, compiled once, and at most about one layer's weights and buffers in
     # flight, where an unrolled loop lets XLA's scheduler run weight gathers far ahead
@@ -169,6 +173,9 @@ class ModelConfig:
             raise ValueError(f"attention must be 'auto', 'flash' or 'naive', got {self.attention!r}")
         if not isinstance(self.moe_token_chunk, int) or self.moe_token_chunk <= 0:
             raise ValueError(f"moe_token_chunk must be a positive int, got {self.moe_token_chunk!r}")
+        if self.moe_sharding not in ("gather_weights", "gather_tokens"):
+            raise ValueError("moe_sharding must be 'gather_weights' or 'gather_tokens', got "
+                             f"{self.moe_sharding!r}")
         if not isinstance(self.attention_block, int) or self.attention_block <= 0:
             raise ValueError(f"attention_block must be a positive int, got {self.attention_block!r}")
         if not isinstance(self.moe_dispatch, str) or not self.moe_dispatch:

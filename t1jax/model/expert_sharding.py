@@ -1,6 +1,11 @@
-"""The expert FFN on a device mesh: every device dispatches its own tokens, experts are stored
-sharded and gathered one layer at a time (ZeRO-3 style), the expert FFN width stays split over
-`tensor`.
+"""The expert FFN on a device mesh: every device dispatches its own tokens; the expert FFN width
+stays split over `tensor`. Two ways to bring tokens and experts together (`moe_sharding`):
+
+  gather_weights  experts stored sharded, gathered whole one layer at a time (ZeRO-3 style)
+  gather_tokens   expert parallelism: each device keeps its block of experts (gathered only
+                  over the other axes, e.g. `fsdp`), gathers the tokens of the devices that
+                  split the experts, runs its own experts on all of them and reduce-scatters
+                  the partial outputs back. No capacity, no dropped tokens.
 
 Why: left to GSPMD, the dispatch's global sort over all T*k assignments cannot be partitioned,
 so XLA replicates every token on every chip and computes the whole batch's expert work there (a
@@ -12,6 +17,11 @@ Cost: each chip receives the layer's full expert weights per forward (and again 
 under remat). That is cheap against the matmuls at the long rows RL trains on (the compile
 report in experiments/aot_compile.py prints the collective bytes); token all-to-all expert
 parallelism, which moves T*k activations instead, is not implemented.
+gather_tokens moves the tokens instead: per layer and device, (expert-axis size - 1) x its own
+tokens in and the same partial outputs back, and only 1/(expert-axis size) of the layer's expert
+weights. What it costs: each device's dispatch runs over all gathered tokens' assignments, most
+of them to other devices' experts (-1 here, sorted past the ragged groups; whether a TPU grouped
+matmul skips those rows is not measured).
 """
 
 from __future__ import annotations
@@ -32,14 +42,14 @@ def _axes(entry) -> tuple[str, ...]:
     return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def _gather(w, spec: P, keep: int, token_axes: tuple[str, ...]):
-    """All-gather every sharded dimension of a local weight block except dimension `keep`.
+def _gather(w, spec: P, keep: tuple[int, ...], token_axes: tuple[str, ...]):
+    """All-gather every sharded dimension of a local weight block except dimensions `keep`.
     Over axes the tokens are split on, a plain all-gather: its transpose is a reduce-scatter
     of the gradient. Over any other axis (rows that do not divide it), an invariant gather, so
     the output is typed as replicated there, as it is."""
     for dim, entry in enumerate(spec):
         axes = _axes(entry)
-        if dim != keep and axes:
+        if dim not in keep and axes:
             gather = jax.lax.all_gather if set(axes) <= set(token_axes) else all_gather_invariant
             w = gather(w, axes, axis=dim, tiled=True)
     return w
@@ -68,10 +78,24 @@ def chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
     return y.reshape(n * chunk, -1)[:t]
 
 
+MODES = ("gather_weights", "gather_tokens")
+
+
+def _block_index(axes: tuple[str, ...]):
+    """This device's block number along a dimension split over `axes` (major to minor)."""
+    index = 0
+    for a in axes:
+        index = index * jax.lax.axis_size(a) + jax.lax.axis_index(a)
+    return index
+
+
 def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *,
-                       strategy: str, chunk: int = 1 << 30):
+                       strategy: str, chunk: int = 1 << 30, mode: str = "gather_weights"):
     """`chunked_expert_ffn` under the active mesh (`jax.set_mesh`), each device on its own
-    tokens; the plain call without a mesh."""
+    tokens, experts brought to them by `mode` (module docstring); the plain call without a
+    mesh."""
+    if mode not in MODES:
+        raise ValueError(f"moe_sharding={mode!r}; supported: {', '.join(MODES)}")
     mesh = jax.sharding.get_abstract_mesh()
     if mesh is None or mesh.empty or mesh.size == 1:
         return chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf,
@@ -83,14 +107,32 @@ def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
     width = _axes(up[2])  # the FFN width's axes: the same split for gate/up (dim 2), down (dim 1)
     if _axes(down[1]) != width:
         raise ValueError(f"expert gate/up width split {up} differs from down's {down}")
+    if _axes(down[0]) != _axes(up[0]):
+        raise ValueError(f"expert gate/up expert split {up} differs from down's {down}")
     token_spec = P(rows[0], None)
     token_axes = _axes(rows[0])
+    # gather_tokens: the experts stay split over these axes; tokens split over them are
+    # gathered, tokens replicated over them (rows that do not divide) are already here
+    split = _axes(up[0]) if mode == "gather_tokens" else ()
+    over_tokens = tuple(a for a in split if a in token_axes)
+    replicated = tuple(a for a in split if a not in token_axes)
 
     def local(x, idx, w, wg, wu, wd):
-        y = chunked_expert_ffn(x, idx, w, _gather(wg, up, 2, token_axes),
-                               _gather(wu, up, 2, token_axes), _gather(wd, down, 1, token_axes),
-                               strategy=strategy, chunk=chunk)
-        return jax.lax.psum(y, width) if width else y
+        experts = (0,) if split else ()  # the expert dimension stays split under gather_tokens
+        wg, wu = (_gather(v, up, experts + (2,), token_axes) for v in (wg, wu))
+        wd = _gather(wd, down, experts + (1,), token_axes)
+        if split:
+            first = _block_index(split) * wg.shape[0]
+            if over_tokens:
+                x, idx, w = (jax.lax.all_gather(v, over_tokens, axis=0, tiled=True)
+                             for v in (x, idx, w))
+            mine = (idx >= first) & (idx < first + wg.shape[0])
+            idx = jnp.where(mine, idx - first, -1)
+        y = chunked_expert_ffn(x, idx, w, wg, wu, wd, strategy=strategy, chunk=chunk)
+        if over_tokens:  # each device's partial sums over its experts, back to the tokens' owner
+            y = jax.lax.psum_scatter(y, over_tokens, scatter_dimension=0, tiled=True)
+        sums = width + replicated
+        return jax.lax.psum(y, sums) if sums else y
 
     return jax.shard_map(local, in_specs=(token_spec, token_spec, token_spec, up, up, down),
                          out_specs=token_spec)(x_td, indices_tk, weights_tk, w_gate_edf,

@@ -47,14 +47,23 @@ def _tile(q, k, qpos, qseg, kpos, kseg, i, j, bq, bk):
     return s, mask, qb, kb
 
 
+def _in_loop(index, carry):
+    """`index` (positions, segments) routed through an optimization barrier with the loop
+    carry. Why: the masks depend on the loop only through the pair index, so XLA's TPU compiler
+    hoists them out of the scan for all pairs at once and keeps them, [pairs, B, KV, G, bq, bk]
+    booleans: 16 GB per chip for Qwen3-30B-A3B at a 32k-token row, the largest temporary of the
+    training step (experiments/aot_compile.py). Behind the barrier each step builds its own."""
+    return lax.optimization_barrier((index, carry))
+
+
 def _forward(q, k, v, qpos, qseg, kpos, kseg, bq, bk, causal):
     """Output [B, KV, G, S, D] in q.dtype and logsumexp [B, KV, G, S] (0 where no key is seen)."""
     pairs = jnp.asarray(block_pairs(q.shape[3] // bq, k.shape[2] // bk, bq, bk, causal), jnp.int32)
 
     def step(carry, pair):
-        acc, m, l = carry
+        (qpos_, qseg_, kpos_, kseg_), (acc, m, l) = _in_loop((qpos, qseg, kpos, kseg), carry)
         i, j = pair[0], pair[1]
-        s, mask, _, _ = _tile(q, k, qpos, qseg, kpos, kseg, i, j, bq, bk)
+        s, mask, _, _ = _tile(q, k, qpos_, qseg_, kpos_, kseg_, i, j, bq, bk)
         vb = lax.dynamic_slice_in_dim(v, j * bk, bk, 2)
         m_old, l_old, acc_old = (lax.dynamic_slice_in_dim(x, i * bq, bq, 3) for x in (m, l, acc))
         m_new = jnp.maximum(m_old, s.max(-1))
@@ -94,9 +103,9 @@ def _flash_bwd(bq, bk, causal, res, dout):
     pairs = jnp.asarray(block_pairs(q.shape[3] // bq, k.shape[2] // bk, bq, bk, causal), jnp.int32)
 
     def step(carry, pair):
-        dq, dk, dv = carry
+        (qpos_, qseg_, kpos_, kseg_), (dq, dk, dv) = _in_loop((qpos, qseg, kpos, kseg), carry)
         i, j = pair[0], pair[1]
-        s, mask, qb, kb = _tile(q, k, qpos, qseg, kpos, kseg, i, j, bq, bk)
+        s, mask, qb, kb = _tile(q, k, qpos_, qseg_, kpos_, kseg_, i, j, bq, bk)
         vb = lax.dynamic_slice_in_dim(v, j * bk, bk, 2)
         dob, lse_b, delta_b = (lax.dynamic_slice_in_dim(x, i * bq, bq, 3)
                                for x in (dout, lse, delta))

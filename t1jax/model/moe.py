@@ -49,13 +49,14 @@ def load_balancing_loss(probs_te: jax.Array, indices_tk: jax.Array, valid_t: jax
 
 class MoE(nnx.Module):
     def __init__(self, dim: int, hidden: int, num_experts: int, top_k: int, normalize: bool,
-                 dtype, rngs: nnx.Rngs, dispatch: str = "auto", token_chunk: int = 8192):
+                 dtype, rngs: nnx.Rngs, dispatch: str = "auto", token_chunk: int = 8192,
+                 sharding: str = "gather_weights"):
         self.router = param(rngs, (dim, num_experts), ("embed", None), dtype)
         self.gate = param(rngs, (num_experts, dim, hidden), ("expert", "embed", "expert_mlp"), dtype)
         self.up = param(rngs, (num_experts, dim, hidden), ("expert", "embed", "expert_mlp"), dtype)
         self.down = param(rngs, (num_experts, hidden, dim), ("expert", "expert_mlp", "embed"), dtype)
         self.top_k, self.normalize, self.dispatch = top_k, normalize, dispatch
-        self.token_chunk = token_chunk
+        self.token_chunk, self.sharding = token_chunk, sharding
 
     def router_probs(self, x_td: jax.Array) -> jax.Array:
         logits = x_td @ self.router[...].astype(x_td.dtype)
@@ -91,6 +92,7 @@ class MoE(nnx.Module):
         dt = x_td.dtype
         y = expert_ffn_sharded(x_td, indices_tk, weights, self.gate[...].astype(dt),
                                self.up[...].astype(dt), self.down[...].astype(dt),
-                               strategy=self.dispatch, chunk=self.token_chunk)
+                               strategy=self.dispatch, chunk=self.token_chunk,
+                               mode=self.sharding)
         aux = load_balancing_loss(probs, indices_tk, valid_t)
         return y, Routing(indices_tk, weights), aux, free_tk

@@ -137,7 +137,8 @@ class DecoderLayer(nnx.Module):
         if self.is_moe:
             self.mlp = MoE(cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts,
                            cfg.num_experts_per_tok, cfg.norm_topk_prob, dtype, rngs,
-                           dispatch=cfg.moe_dispatch, token_chunk=cfg.moe_token_chunk)
+                           dispatch=cfg.moe_dispatch, token_chunk=cfg.moe_token_chunk,
+                           sharding=cfg.moe_sharding)
         else:
             self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, dtype, rngs)
 
