@@ -30,10 +30,10 @@ oversampling (admit the first trials to finish); up to 300+ tool calls per trial
 What it does not state, and is ours: batch size, learning rates, context and per-turn budgets,
 fleet size and the meshes. Memory (bf16 weights, fp32 Adam moments, ~12 bytes/param): actor
 1.47 TB + critic 1.47 TB (no frozen reference: KL is off); over 64 H200 (expert=8
-x fsdp=8) that is ~46 GB/GPU of state before activations. Whether a 64k-token row's
-activations fit on top is not established: the ahead-of-time TPU check (BUILD.md, "Ahead-of-time
-TPU checks") has not been run on this config (it needs more host memory than our machines
-have), and Qwen3-30B-A3B's critic step already needs 108.8 GB per v5p chip at 32k-token rows.
+x fsdp=8) that is ~46 GB/GPU of state before activations. A 64k-token row's activations do
+not fit on top yet: the ahead-of-time TPU check (BUILD.md, "Ahead-of-time TPU checks") of this
+config on v5p-256 (mesh 1,16,8,1, one row per chip) needs 169-177 GiB of temporaries per chip,
+mostly saved layer inputs and the Gated DeltaNet's per-chunk float32 states.
 Not run on GPUs here.
 
 Known gap: our pinned chat template (t1jax/rollout/chat.py) renders Qwen2.5/3-style JSON tool
