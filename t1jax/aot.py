@@ -228,7 +228,7 @@ class StepReport:
     hardware_flops: float  # per chip, with the remat recompute
     collectives: dict
     chip: Chip
-    error: str = ""  # the compiler's out-of-memory message (with its largest allocations)
+    error: str = ""  # the compiler's whole out-of-memory message
     kind: str = ""  # actor | critic | ppo | prefill | decode
 
     @property

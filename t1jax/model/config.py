@@ -39,6 +39,7 @@ _REQUIRED_QWEN3_5 = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_
                      "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
                      "linear_num_key_heads", "linear_num_value_heads")
 # t1jax-only fields: set by our configs (or from_hf_dict's overrides), never read from HF.
+MOE_SHARDINGS = ("gather_weights", "gather_tokens")  # t1jax/model/expert_sharding.py
 _T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef", "remat",
                  "attention", "attention_block", "moe_token_chunk", "scan_layers",
                  "moe_sharding")
@@ -173,8 +174,8 @@ class ModelConfig:
             raise ValueError(f"attention must be 'auto', 'flash' or 'naive', got {self.attention!r}")
         if not isinstance(self.moe_token_chunk, int) or self.moe_token_chunk <= 0:
             raise ValueError(f"moe_token_chunk must be a positive int, got {self.moe_token_chunk!r}")
-        if self.moe_sharding not in ("gather_weights", "gather_tokens"):
-            raise ValueError("moe_sharding must be 'gather_weights' or 'gather_tokens', got "
+        if self.moe_sharding not in MOE_SHARDINGS:
+            raise ValueError(f"moe_sharding must be one of {MOE_SHARDINGS}, got "
                              f"{self.moe_sharding!r}")
         if not isinstance(self.attention_block, int) or self.attention_block <= 0:
             raise ValueError(f"attention_block must be a positive int, got {self.attention_block!r}")

@@ -32,6 +32,7 @@ from jax._src.lax.parallel import all_gather_invariant  # public as jax.lax.* in
 from jax.sharding import PartitionSpec as P
 
 from t1jax import sharding
+from t1jax.model.config import MOE_SHARDINGS
 from t1jax.model.dispatch import expert_ffn
 
 _UP = ("expert", "embed", "expert_mlp")  # gate and up: [E, D, F]
@@ -78,9 +79,6 @@ def chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
     return y.reshape(n * chunk, -1)[:t]
 
 
-MODES = ("gather_weights", "gather_tokens")
-
-
 def _block_index(axes: tuple[str, ...]):
     """This device's block number along a dimension split over `axes` (major to minor)."""
     index = 0
@@ -94,8 +92,8 @@ def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
     """`chunked_expert_ffn` under the active mesh (`jax.set_mesh`), each device on its own
     tokens, experts brought to them by `mode` (module docstring); the plain call without a
     mesh."""
-    if mode not in MODES:
-        raise ValueError(f"moe_sharding={mode!r}; supported: {', '.join(MODES)}")
+    if mode not in MOE_SHARDINGS:
+        raise ValueError(f"moe_sharding={mode!r}; supported: {', '.join(MOE_SHARDINGS)}")
     mesh = jax.sharding.get_abstract_mesh()
     if mesh is None or mesh.empty or mesh.size == 1:
         return chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf,
