@@ -70,7 +70,8 @@ def main(argv) -> int:
     print(f"{len(devices)} x {devices[0].device_kind} ({_TOPOLOGY.value}), mesh "
           f"{dict(mesh.shape)}, model {cfg.model_type} {cfg.num_hidden_layers} layers, "
           f"dispatch {cfg.moe_dispatch}, remat {cfg.remat}, scan_layers {cfg.scan_layers}, "
-          f"attention {cfg.attention}, moe_sharding {cfg.moe_sharding}", flush=True)
+          f"attention {cfg.attention}, moe_sharding {cfg.moe_sharding}, offload_layer_inputs "
+          f"{cfg.offload_layer_inputs}", flush=True)
 
     def compile_all(model_cfg):
         out = []

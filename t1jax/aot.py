@@ -230,6 +230,9 @@ class StepReport:
     chip: Chip
     error: str = ""  # the compiler's whole out-of-memory message
     kind: str = ""  # actor | critic | ppo | prefill | decode
+    # host memory (pinned_host) the step's temporaries take: offloaded layer inputs
+    # (ModelConfig.offload_layer_inputs); not HBM, and its copies are not in step_seconds
+    host_temp_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -268,8 +271,9 @@ class StepReport:
         out = [f"{self.name}: {self.total_bytes / gb:.1f} GB of {self.chip.hbm_bytes / gb:.0f} GB "
                f"per chip ({'fits' if self.fits else 'DOES NOT FIT'}): arguments "
                f"{self.argument_bytes / gb:.1f}, outputs {self.output_bytes / gb:.1f} (aliased "
-               f"{self.alias_bytes / gb:.1f}), temporaries {self.temp_bytes / gb:.1f}; compiled in "
-               f"{self.compile_s:.0f} s",
+               f"{self.alias_bytes / gb:.1f}), temporaries {self.temp_bytes / gb:.1f}"
+               + (f", host {self.host_temp_bytes / gb:.1f}" if self.host_temp_bytes else "")
+               + f"; compiled in {self.compile_s:.0f} s",
                f"  FLOPs/chip: model {self.model_flops:.3g}, with recompute "
                f"{self.hardware_flops:.3g} (XLA cost analysis, loop bodies once: "
                f"{self.xla_flops:.3g} FLOPs, {self.xla_bytes:.3g} bytes); estimated "
@@ -301,7 +305,8 @@ def measure(name: str, lowered, flops: tuple[float, float], chip: Chip,
     return StepReport(name, seconds, mem.argument_size_in_bytes, mem.output_size_in_bytes,
                       mem.alias_size_in_bytes, mem.temp_size_in_bytes,
                       float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
-                      *flops, collectives(compiled.as_text()), chip, kind=kind)
+                      *flops, collectives(compiled.as_text()), chip, kind=kind,
+                      host_temp_bytes=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0))
 
 
 # -- the steps ---------------------------------------------------------------------------------

@@ -189,3 +189,48 @@ def test_decode_token_by_token():
         step_outs.append(o)
     close(jnp.concatenate(step_outs, axis=1), out)
     close(state, fin)
+
+
+@pytest.mark.parametrize("group", [1, 3, 4])
+def test_chunk_groups_change_nothing(group):
+    """Chunks run in checkpointed groups (10 chunks of 4 here: groups of 3 and 4 pad the row with
+    whole padding chunks); outputs, final state and gradients equal the token scan's on a packed,
+    padded row with an initial state."""
+    args = inputs()
+    state = initial_state()
+    row = [1] * 13 + [2] * 11 + [0] * 2 + [3] * 8 + [0] * 3
+    segs = np.array([row, [1] * S], np.int32)
+    w = jax.random.normal(jax.random.key(7), (B, S, H, DV))
+    grouped = functools.partial(chunked_gated_delta, chunk_size=4, group=group)
+
+    def loss(fn):
+        def f(q, k, v, g, beta, s0):
+            out, fin = fn(q, k, v, g, beta, segment_ids=segs, initial_state=s0)
+            return jnp.sum(out * w) + jnp.sum(fin ** 2), (out, fin)
+        return jax.jit(jax.grad(f, argnums=tuple(range(6)), has_aux=True))
+
+    grads_c, (out_c, fin_c) = loss(grouped)(*args, state)
+    grads_r, (out_r, fin_r) = loss(recurrent_gated_delta)(*args, state)
+    close(out_c, out_r)
+    close(fin_c, fin_r)
+    for gc, gr in zip(grads_c, grads_r):
+        scale = np.abs(np.asarray(gr)).max()
+        np.testing.assert_allclose(np.asarray(gc), np.asarray(gr), rtol=0, atol=1e-5 * scale)
+
+
+def test_default_group_is_about_the_square_root():
+    from t1jax.model.gated_delta import default_group
+    assert [default_group(n) for n in (1, 3, 4, 15, 16, 1024, 1500)] == [1, 1, 2, 2, 4, 32, 32]
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_fewer_key_heads_serve_value_heads_in_turn(name):
+    """q/k with H/2 heads equal the same q/k repeated per head (transformers' repeat_interleave),
+    so callers need not materialise the repeat."""
+    q, k, v, g, beta = inputs()
+    q, k = q[:, :, :1], k[:, :, :1]  # 1 key head for H = 3 value heads
+    out, fin = FORMS[name](q, k, v, g, beta)
+    ref, ref_fin = FORMS[name](jnp.repeat(q, H, axis=2), jnp.repeat(k, H, axis=2), v, g, beta)
+    close(out, ref)
+    close(fin, ref_fin)
+    assert np.abs(np.asarray(ref)).max() > 0.1

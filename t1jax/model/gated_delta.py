@@ -10,7 +10,8 @@ torch_chunk_gated_delta_rule): a unit-lower-triangular system inside each chunk,
 chunks.
 
 q and k are used as given: the caller L2-normalises both and scales q by dk**-0.5. H is the number of
-value heads (the caller repeats q/k heads). segment_ids [B, S] (None = all ones): 0 marks padding,
+value heads; q and k may have fewer (H a multiple), each serving H / heads value heads in turn, as
+transformers' repeat_interleave. The output has v's dtype. segment_ids [B, S] (None = all ones): 0 marks padding,
 which leaves the state unchanged and outputs 0; where the id changes between consecutive non-padding
 tokens the state restarts from zero, so packed rows never leak state across samples. initial_state
 is the state before the row's first token and belongs to its first segment; the returned state
@@ -23,26 +24,29 @@ import jax
 import jax.numpy as jnp
 
 
-def _prepare(q, k, v, g, beta, segment_ids):
-    """float32 inputs with padding neutralised and the reset flags [B, S] (True where a token starts a
-    new segment after an earlier one). Padding gets g = beta = 0, so it leaves the state alone, and
-    q = 0, so its output is 0; k = v = 0 too, so garbage there cannot reach a result as NaN."""
-    b, s = g.shape[:2]
+def _resets(segment_ids, b, s):
+    """(valid, reset) [B, S]: reset is True where a token starts a new segment after an earlier
+    one. Padding between two segments neither hides nor causes a reset: a token compares its id
+    with the previous non-padding token's."""
     if segment_ids is None:
         segment_ids = jnp.ones((b, s), jnp.int32)
     valid = segment_ids != 0
-    # The previous non-padding token of each position (-1 if none), so padding between two segments
-    # neither hides nor causes a reset.
     index = jnp.where(valid, jnp.arange(s)[None, :], -1)
     last = jax.lax.cummax(index, axis=1)
     prev = jnp.concatenate([jnp.full((b, 1), -1, last.dtype), last[:, :-1]], axis=1)
     prev_id = jnp.take_along_axis(segment_ids, jnp.maximum(prev, 0), axis=1)
-    reset = valid & (prev >= 0) & (segment_ids != prev_id)
+    return valid, valid & (prev >= 0) & (segment_ids != prev_id)
 
-    v3, v4 = valid[:, :, None], valid[:, :, None, None]
+
+def _neutral(valid, q, k, v, g, beta, heads: int):
+    """float32 inputs with padding neutralised and q/k repeated to the value heads. Padding gets
+    g = beta = 0, so it leaves the state alone, and q = 0, so its output is 0; k = v = 0 too, so
+    garbage there cannot reach a result as NaN."""
+    v3, v4 = valid[..., None], valid[..., None, None]
     q, k, v = (jnp.where(v4, x.astype(jnp.float32), 0.0) for x in (q, k, v))
     g, beta = (jnp.where(v3, x.astype(jnp.float32), 0.0) for x in (g, beta))
-    return q, k, v, g, beta, reset
+    q, k = (jnp.repeat(x, heads // x.shape[-2], axis=-2) for x in (q, k))
+    return q, k, v, g, beta
 
 
 def _initial(initial_state, b, h, dk, dv):
@@ -74,12 +78,12 @@ def _unit_lower_inverse(a):
 
 
 def recurrent_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None):
-    """-> (out [B,S,H,dv], final_state [B,H,dk,dv] float32); a lax.scan over tokens (the decode form
-    and the reference for the chunked one)."""
-    dtype = q.dtype
-    b, _, h, dk = q.shape
-    dv = v.shape[-1]
-    q, k, v, g, beta, reset = _prepare(q, k, v, g, beta, segment_ids)
+    """-> (out [B,S,H,dv] in v's dtype, final_state [B,H,dk,dv] float32); a lax.scan over tokens
+    (the decode form and the reference for the chunked one)."""
+    b, s, h, _ = v.shape
+    dk, dtype = q.shape[-1], v.dtype
+    valid, reset = _resets(segment_ids, b, s)
+    q, k, v, g, beta = _neutral(valid, q, k, v, g, beta, h)
 
     def step(state, x):
         q_t, k_t, v_t, g_t, b_t, reset_t = x
@@ -91,39 +95,21 @@ def recurrent_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None
         return state, out
 
     xs = tuple(jnp.moveaxis(x, 1, 0) for x in (q, k, v, g, beta, reset))
-    state, out = jax.lax.scan(step, _initial(initial_state, b, h, dk, dv), xs)
+    state, out = jax.lax.scan(step, _initial(initial_state, b, h, dk, v.shape[-1]), xs)
     return jnp.moveaxis(out, 0, 1).astype(dtype), state
 
 
-def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, chunk_size=64):
-    """-> (out [B,S,H,dv], final_state [B,H,dk,dv] float32); same result as recurrent_gated_delta,
-    computed with matmuls inside chunks of chunk_size tokens and a scan over chunks.
+def _chunk_terms(q, k, v, g, beta, reset):
+    """The per-chunk terms of the UT transform for chunks [B, H, N, C, ...] (float32, padding
+    neutral), and each chunk's reset flags [B, N, C].
 
+    Resets so far inside the chunk: a token sees the carried-in state only if none happened before
+    it (reads), tokens interact only within one segment (same), and only the chunk's last segment
+    writes into the outgoing state (writes). Shared by all heads: [B, 1, N, C(, C)].
     Segment resets are masks, never -inf in g: a cumulative sum of log decays that contains a huge
     negative value loses all float32 precision for the tokens after it."""
-    dtype = q.dtype
-    b, s, h, dk = q.shape
-    dv = v.shape[-1]
-    c = chunk_size
-    assert c > 0 and c & (c - 1) == 0, f"chunk_size must be a power of two, got {c}"
-    q, k, v, g, beta, reset = _prepare(q, k, v, g, beta, segment_ids)
-
-    pad = -s % c
-    n = (s + pad) // c
-
-    def chunks(x):
-        """[B, S, ...] -> [B, N, C, ...], padded with zeros (= padding tokens)."""
-        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-        return x.reshape(b, n, c, *x.shape[2:])
-
-    # Heads before chunks: [B, H, N, C, d] and [B, H, N, C].
-    q, k, v = (jnp.moveaxis(chunks(x), 3, 1) for x in (q, k, v))
-    g, beta = (jnp.moveaxis(chunks(x), 3, 1) for x in (g, beta))
-
-    # Resets so far inside the chunk: a token sees the carried-in state only if none happened before
-    # it (reads), tokens interact only within one segment (same), and only the chunk's last segment
-    # writes into the outgoing state (writes). Shared by all heads: [B, 1, N, C(, C)].
-    resets = jnp.cumsum(chunks(reset).astype(jnp.int32), axis=-1)[:, None]
+    c = q.shape[-2]
+    resets = jnp.cumsum(reset.astype(jnp.int32), axis=-1)[:, None]
     reads = resets == 0
     writes = resets == resets[..., -1:]
     causal = jnp.tril(jnp.ones((c, c), bool))
@@ -146,16 +132,67 @@ def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, 
     q_read = q * read_decay[..., None]
     k_write = k * jnp.where(writes, jnp.exp(cum[..., -1:] - cum), 0.0)[..., None]
     carry = jnp.where(reads[..., -1], jnp.exp(cum[..., -1]), 0.0)  # [B, H, N]
+    return new_values, k_cumdecay, attn, q_read, k_write, carry
 
-    def step(state, x):
-        new_values, k_cumdecay, attn, q_read, k_write, carry = x
-        u = new_values - k_cumdecay @ state
-        out = q_read @ state + attn @ u
-        state = carry[..., None, None] * state + jnp.swapaxes(k_write, -1, -2) @ u
-        return state, out
 
-    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (new_values, k_cumdecay, attn, q_read, k_write, carry))
-    state, out = jax.lax.scan(step, _initial(initial_state, b, h, dk, dv), xs)
-    # [N, B, H, C, dv] -> [B, S, H, dv]
-    out = jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(b, n * c, h, dv)[:, :s]
-    return out.astype(dtype), state
+def _chunk_step(state, x):
+    """One chunk: its output from the carried-in state and the chunk's own tokens, and the state
+    it passes on."""
+    new_values, k_cumdecay, attn, q_read, k_write, carry = x
+    u = new_values - k_cumdecay @ state
+    out = q_read @ state + attn @ u
+    state = carry[..., None, None] * state + jnp.swapaxes(k_write, -1, -2) @ u
+    return state, out
+
+
+def default_group(chunks: int) -> int:
+    """The largest power of two whose square is at most `chunks`: about sqrt(N) groups of
+    sqrt(N) chunks, which minimises the states the backward pass keeps (one per group, plus one
+    group's while it recomputes)."""
+    group = 1
+    while (2 * group) ** 2 <= chunks:
+        group *= 2
+    return group
+
+
+def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, chunk_size=64,
+                        group=None):
+    """-> (out [B,S,H,dv] in v's dtype, final_state [B,H,dk,dv] float32); same result as
+    recurrent_gated_delta, computed with matmuls inside chunks of chunk_size tokens and a scan
+    over chunks. q and k may have fewer heads than v (each then serves H / heads value heads).
+
+    Memory: chunks go in groups of `group` (default: about sqrt of the chunk count) under
+    jax.checkpoint, and only a group's float32 terms exist at a time. The backward pass keeps the
+    state at each group boundary and recomputes a group's terms and states, instead of holding
+    every chunk's [C, C] and [C, d] terms and [dk, dv] state: at a 64k-token row with 64 heads
+    of 128 that is 4 GiB of states and ~10 GiB of terms per layer, against ~0.3 GiB."""
+    b, s, h, dv = v.shape
+    dk = q.shape[-1]
+    c = chunk_size
+    assert c > 0 and c & (c - 1) == 0, f"chunk_size must be a power of two, got {c}"
+    valid, reset = _resets(segment_ids, b, s)
+    n = -(-s // c)
+    group = group or default_group(n)
+    groups = -(-n // group)
+    pad = groups * group * c - s  # padded tokens are padding (valid False): they change nothing
+
+    def grouped(x):
+        """[B, S, ...] -> [groups, B, group, C, ...], zero padded."""
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+        return jnp.moveaxis(x.reshape(b, groups, group, c, *x.shape[2:]), 1, 0)
+
+    def one_group(state, xs):
+        q, k, v, g, beta, valid, reset = xs
+        q, k, v, g, beta = _neutral(valid, q, k, v, g, beta, h)
+        # heads before chunks: [B, H, group, C, d] and [B, H, group, C]
+        q, k, v = (jnp.moveaxis(x, 3, 1) for x in (q, k, v))
+        g, beta = (jnp.moveaxis(x, 3, 1) for x in (g, beta))
+        terms = _chunk_terms(q, k, v, g, beta, reset)
+        state, out = jax.lax.scan(_chunk_step, state, tuple(jnp.moveaxis(x, 2, 0) for x in terms))
+        # [group, B, H, C, dv] -> [B, group * C, H, dv]
+        return state, jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(b, group * c, h, dv)
+
+    xs = tuple(grouped(x) for x in (q, k, v, g, beta, valid, reset))
+    state, out = jax.lax.scan(jax.checkpoint(one_group), _initial(initial_state, b, h, dk, dv), xs)
+    out = jnp.moveaxis(out, 0, 1).reshape(b, groups * group * c, h, dv)[:, :s]
+    return out.astype(v.dtype), state

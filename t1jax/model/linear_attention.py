@@ -117,13 +117,13 @@ class GatedDeltaNet(nnx.Module):
         q = l2_normalize(q.reshape(b, s, hk, dk)) * (dk ** -0.5)
         k = l2_normalize(k.reshape(b, s, hk, dk))
         v = v.reshape(b, s, hv, dv)
-        q, k = jnp.repeat(q, hv // hk, axis=2), jnp.repeat(k, hv // hk, axis=2)
         beta = jax.nn.sigmoid(proj(self.b).astype(jnp.float32))
         g = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(
             proj(self.a).astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32))
         rule = recurrent_gated_delta if s == 1 else chunked_gated_delta
-        core, final = rule(q, k, v.astype(jnp.float32), g, beta, segment_ids=segment_ids,
-                           initial_state=initial)
+        # q/k keep their hk heads and v its dtype: the rule repeats and widens them a chunk group at
+        # a time, not as [B, S, hv, d] float32 copies of the whole row
+        core, final = rule(q, k, v, g, beta, segment_ids=segment_ids, initial_state=initial)
         core = constrain(core.astype(dt), ("batch", "length", "linear_v_heads", "head_dim"))
         out = self.norm(core, z)
         out = jnp.einsum("bshk,hkd->bsd", out, self.out[...].astype(dt))

@@ -21,6 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from t1jax.model.cache import KVCache, write_and_read
 from t1jax.model.config import ModelConfig
@@ -197,7 +198,21 @@ def _constrain_stacked(names, variable):
     return variable.replace(sharding.constrain(variable.get_value(), (None,) + names))
 
 
-def scan_layers(layers, period: int, x, positions, segment_ids, routes, remat: bool, k: int):
+LAYER_INPUT = "layer_input"
+
+
+def remat_policy(offload: bool):
+    """What a rematerialised layer keeps for its backward pass: its input alone, on the chip, or
+    (offload) in host memory, copied back when the backward pass reaches the layer."""
+    if not offload:
+        return None
+    return jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
+        offload_src="device", offload_dst="pinned_host")
+
+
+def scan_layers(layers, period: int, x, positions, segment_ids, routes, remat: bool, k: int,
+                offload: bool = False):
     """Run `layers` (a block of `period` layers, repeated) under lax.scan over the repeats.
     Each block position's parameters are stacked along a new leading axis for the scan (a
     copy, constrained to each parameter's own layout) and the gradient flows back to the
@@ -216,9 +231,11 @@ def scan_layers(layers, period: int, x, positions, segment_ids, routes, remat: b
         routes = jnp.moveaxis(routes.reshape(b, s, repeats, period, -1), (2, 3), (0, 1))
 
     def apply(graphdef, state, x, replay):
-        return nnx.merge(graphdef, state)(x, positions, segment_ids, replay)
+        return nnx.merge(graphdef, state)(checkpoint_name(x, LAYER_INPUT), positions,
+                                          segment_ids, replay)
 
-    calls = [jax.checkpoint(functools.partial(apply, g), prevent_cse=False) if remat
+    calls = [jax.checkpoint(functools.partial(apply, g), prevent_cse=False,
+                            policy=remat_policy(offload)) if remat
              else functools.partial(apply, g) for g in graphdefs]
 
     def body(x, xs):
@@ -265,7 +282,9 @@ class Transformer(nnx.Module):
         none = jnp.full((b, s, k), -1, jnp.int32)
         train = cache is None
         if cfg.remat and train:
-            remat_layer = nnx.remat(lambda layer, *args: layer(*args))
+            remat_layer = nnx.remat(
+                lambda layer, x, *args: layer(checkpoint_name(x, LAYER_INPUT), *args),
+                policy=remat_policy(cfg.offload_layer_inputs))
         start, period = scan_plan(self.layers) if cfg.scan_layers and train else (len(self.layers), 0)
         for i, layer in enumerate(self.layers[:start]):
             replay = None if routes is None else routes[:, :, i, :]
@@ -285,7 +304,7 @@ class Transformer(nnx.Module):
         if period:
             x, scanned, aux = scan_layers(self.layers[start:], period, x, positions, segment_ids,
                                           None if routes is None else routes[:, :, start:],
-                                          cfg.remat, k)
+                                          cfg.remat, k, cfg.offload_layer_inputs)
             used.append(scanned[0])
             free_used.append(scanned[1])
             aux_losses.extend(aux)
