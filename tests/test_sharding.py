@@ -293,20 +293,28 @@ def test_expert_parallel_token_gather_matches_single_device(shape):
     check_sharded_grads(cfg, shape, seed=5)
 
 
-def test_expert_parallel_with_rows_replicated_over_the_expert_axis():
-    """Rows that do not divide the expert axis stay whole on every device: each device runs its
-    own experts on them and the partial outputs are summed. Same as the plain expert FFN."""
+@pytest.mark.parametrize("mesh_shape,t,chunk,rows", [
+    ((1, 2, 4, 1), 6, 1 << 30, P("fsdp", None)),  # fsdp divides 6 rows, fsdp * expert does not
+    ((1, 2, 4, 1), 16, 4, P(("fsdp", "expert"), None)),  # exchanged a token per device at a time
+    ((1, 1, 4, 2), 36, 8, P("expert", None)),  # 9 tokens per device in chunks of 2, padded;
+    # FFN width split over tensor
+], ids=["rows-replicated-over-expert", "chunked-exchange", "chunked-exchange-padded"])
+def test_expert_parallel_ffn_equals_the_plain_one(mesh_shape, t, chunk, rows):
+    """gather_tokens straight on the expert FFN: rows that do not divide the expert axis stay
+    whole on every device (each runs its own experts on them, partial outputs summed); rows
+    split over it are exchanged `chunk` gathered tokens at a time. Values and gradients equal
+    the plain expert FFN's."""
     from t1jax.model.dispatch import expert_ffn
     from t1jax.model.expert_sharding import expert_ffn_sharded
-    mesh = sharding.make_mesh(1, 2, 4, 1)
-    e, d, f, t, k = 8, 16, 8, 6, 2  # 6 rows: fsdp (2) divides, fsdp * expert (8) does not
+    mesh = sharding.make_mesh(*mesh_shape)
+    e, d, f, k = 8, 16, 8, 2
     keys = jax.random.split(jax.random.key(7), 5)
     x = jax.random.normal(keys[0], (t, d))
     idx = jax.random.randint(keys[1], (t, k), -1, e, jnp.int32)  # -1: no expert
     w = jax.random.uniform(keys[2], (t, k))
     wg, wu = (jax.random.normal(kk, (e, d, f)) / 4 for kk in keys[3:5])
     wd = jax.random.normal(keys[0], (e, f, d)) / 4
-    assert sharding.spec_for(("batch", None), (t, d), dict(mesh.shape)) == P("fsdp", None)
+    assert sharding.spec_for(("batch", None), (t, d), dict(mesh.shape)) == rows
 
     def loss(fn, *args):
         y = fn(*args)
@@ -315,7 +323,8 @@ def test_expert_parallel_with_rows_replicated_over_the_expert_axis():
     ref = jax.value_and_grad(lambda *a: loss(lambda *b: expert_ffn(*b, strategy="blocked"), *a),
                              argnums=(0, 3, 4, 5), has_aux=True)
     sharded = jax.value_and_grad(lambda *a: loss(lambda *b: expert_ffn_sharded(
-        *b, strategy="blocked", mode="gather_tokens"), *a), argnums=(0, 3, 4, 5), has_aux=True)
+        *b, strategy="blocked", mode="gather_tokens", chunk=chunk), *a), argnums=(0, 3, 4, 5),
+        has_aux=True)
     (_, y_ref), g_ref = ref(x, idx, w, wg, wu, wd)
     with jax.set_mesh(mesh):
         (_, y), g = jax.jit(sharded)(x, idx, w, wg, wu, wd)

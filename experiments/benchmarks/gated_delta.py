@@ -1,6 +1,9 @@
 """Gated Delta Rule: forward+backward tokens/s of the chunked form (t1jax.model.gated_delta's
-chunked_gated_delta) vs the token scan (recurrent_gated_delta) per sequence length, measured in the
-same run, with the two forms' max abs difference on the run's inputs.
+chunked_gated_delta, chunks in checkpointed groups of about sqrt(N)) vs the token scan
+(recurrent_gated_delta) per sequence length, measured in the same run, with the two forms' max abs
+difference on the run's inputs; and the compiled backward pass's temporaries (XLA's memory
+analysis) of the grouped form against all chunks in one group (every chunk's terms and states
+alive at once, as the form was before grouping).
 
   PYTHONPATH=. .venv/bin/python experiments/benchmarks/gated_delta.py [--lengths 1024,4096,16384]
       [--batch 1] [--heads 4] [--dk 64] [--dv 64] [--chunk 64] [--repeats 5]
@@ -47,6 +50,11 @@ def fwd_bwd(fn):
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))
 
 
+def temp_mb(fn, xs) -> float:
+    """Temporaries of the compiled forward+backward pass, MB."""
+    return fwd_bwd(fn).lower(*xs).compile().memory_analysis().temp_size_in_bytes / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lengths", default="1024,4096,16384")
@@ -67,7 +75,7 @@ def main() -> None:
           f"g, beta | median of {args.repeats} | chunked/recurrent = ratio of tokens/s")
     header = (f"{'S':>6} {'chunked ms':>11} {'chunked tok/s':>14} {'recurrent ms':>13} "
               f"{'recurrent tok/s':>16} {'chunked/recurrent':>18} {'max|out diff|':>14} "
-              f"{'max|state diff|':>16}")
+              f"{'max|state diff|':>16} {'temps MB':>9} {'1-group MB':>11} {'ratio':>6}")
     print(header)
     print("-" * len(header))
     for s in (int(x) for x in args.lengths.split(",")):
@@ -79,9 +87,11 @@ def main() -> None:
         sec_c, sec_r = interleaved_medians([(fwd_bwd(chunked), xs), (fwd_bwd(recurrent_gated_delta), xs)],
                                            args.repeats)
         tokens = b * s
+        one_group = functools.partial(chunked, group=-(-s // args.chunk))
+        grouped_mb, one_mb = temp_mb(chunked, xs), temp_mb(one_group, xs)
         print(f"{s:>6} {sec_c * 1e3:11.1f} {tokens / sec_c:14.0f} {sec_r * 1e3:13.1f} "
-              f"{tokens / sec_r:16.0f} {sec_r / sec_c:18.2f} {out_diff:14.2e} {state_diff:16.2e}",
-              flush=True)
+              f"{tokens / sec_r:16.0f} {sec_r / sec_c:18.2f} {out_diff:14.2e} {state_diff:16.2e} "
+              f"{grouped_mb:9.1f} {one_mb:11.1f} {one_mb / grouped_mb:6.1f}", flush=True)
 
 
 if __name__ == "__main__":

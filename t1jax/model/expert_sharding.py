@@ -19,7 +19,9 @@ report in experiments/aot_compile.py prints the collective bytes); token all-to-
 parallelism, which moves T*k activations instead, is not implemented.
 gather_tokens moves the tokens instead: per layer and device, (expert-axis size - 1) x its own
 tokens in and the same partial outputs back, and only 1/(expert-axis size) of the layer's expert
-weights. What it costs: each device's dispatch runs over all gathered tokens' assignments, most
+weights. The exchange runs a chunk at a time (moe_token_chunk tokens gathered), so its buffers do
+not grow with the row: gathered whole, a 64k-token row per chip over 8 expert devices made
+3 GiB buffers of 512k tokens, ~25 of them alive in the T1 setting's compile. What it costs: each device's dispatch runs over all gathered tokens' assignments, most
 of them to other devices' experts (-1 here, sorted past the ragged groups; whether a TPU grouped
 matmul skips those rows is not measured).
 """
@@ -56,17 +58,13 @@ def _gather(w, spec: P, keep: tuple[int, ...], token_axes: tuple[str, ...]):
     return w
 
 
-def chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *,
-                       strategy: str, chunk: int):
-    """`dispatch.expert_ffn` over at most `chunk` tokens at a time (lax.map; a token's output
-    depends on that token alone, so this is the same function). Why: the dispatch buffers are
-    [tokens * k, ...] in float32, and at 32k-64k tokens per device those of one pass (the
-    grouped matmuls' outputs and, on TPU, their per-expert masks in the backward) reach tens of
-    GB. Padding tokens get expert -1 and contribute nothing."""
+def _in_chunks(fn, chunk: int, x_td, indices_tk, weights_tk):
+    """fn(x, indices, weights) -> [t, D] over at most `chunk` tokens at a time (lax.map; a
+    token's output depends on that token alone, so this is the same function). Padding tokens
+    get expert -1 and contribute nothing."""
     t = x_td.shape[0]
     if t <= chunk:
-        return expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd,
-                          strategy=strategy)
+        return fn(x_td, indices_tk, weights_tk)
     n = -(-t // chunk)
     pad = n * chunk - t
     x = jnp.pad(x_td, ((0, pad), (0, 0))).reshape(n, chunk, -1)
@@ -74,9 +72,19 @@ def chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
     w = jnp.pad(weights_tk, ((0, pad), (0, 0))).reshape(n, chunk, -1)
     # checkpoint: the backward keeps each chunk's inputs, not its [chunk * k, ...] buffers
     # (costs one more forward of the expert FFN per chunk in the backward pass)
-    y = jax.lax.map(jax.checkpoint(lambda a: expert_ffn(*a, w_gate_edf, w_up_edf, w_down_efd,
-                                                        strategy=strategy)), (x, idx, w))
+    y = jax.lax.map(jax.checkpoint(lambda a: fn(*a)), (x, idx, w))
     return y.reshape(n * chunk, -1)[:t]
+
+
+def chunked_expert_ffn(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_down_efd, *,
+                       strategy: str, chunk: int):
+    """`dispatch.expert_ffn` over at most `chunk` tokens at a time. Why: the dispatch buffers
+    are [tokens * k, ...] in float32, and at 32k-64k tokens per device those of one pass (the
+    grouped matmuls' outputs and, on TPU, their per-expert masks in the backward) reach tens of
+    GB."""
+    return _in_chunks(lambda x, i, w: expert_ffn(x, i, w, w_gate_edf, w_up_edf, w_down_efd,
+                                                 strategy=strategy), chunk, x_td, indices_tk,
+                      weights_tk)
 
 
 def _block_index(axes: tuple[str, ...]):
@@ -119,16 +127,30 @@ def expert_ffn_sharded(x_td, indices_tk, weights_tk, w_gate_edf, w_up_edf, w_dow
         experts = (0,) if split else ()  # the expert dimension stays split under gather_tokens
         wg, wu = (_gather(v, up, experts + (2,), token_axes) for v in (wg, wu))
         wd = _gather(wd, down, experts + (1,), token_axes)
-        if split:
-            first = _block_index(split) * wg.shape[0]
-            if over_tokens:
-                x, idx, w = (jax.lax.all_gather(v, over_tokens, axis=0, tiled=True)
-                             for v in (x, idx, w))
-            mine = (idx >= first) & (idx < first + wg.shape[0])
-            idx = jnp.where(mine, idx - first, -1)
-        y = chunked_expert_ffn(x, idx, w, wg, wu, wd, strategy=strategy, chunk=chunk)
-        if over_tokens:  # each device's partial sums over its experts, back to the tokens' owner
-            y = jax.lax.psum_scatter(y, over_tokens, scatter_dimension=0, tiled=True)
+        first = _block_index(split) * wg.shape[0] if split else 0
+
+        def own_experts(x, idx, w):
+            """This device's experts on tokens x; other experts' assignments become -1."""
+            if split:
+                mine = (idx >= first) & (idx < first + wg.shape[0])
+                idx = jnp.where(mine, idx - first, -1)
+            return expert_ffn(x, idx, w, wg, wu, wd, strategy=strategy)
+
+        def exchange(x, idx, w):
+            """A chunk of every expert-group device's tokens in, this device's partial sums
+            over its experts back to each token's owner."""
+            x, idx, w = (jax.lax.all_gather(v, over_tokens, axis=0, tiled=True)
+                         for v in (x, idx, w))
+            return jax.lax.psum_scatter(own_experts(x, idx, w), over_tokens,
+                                        scatter_dimension=0, tiled=True)
+
+        if over_tokens:  # gathered chunks stay at `chunk` tokens: chunk / group size per device
+            group = 1
+            for a in over_tokens:
+                group *= jax.lax.axis_size(a)
+            y = _in_chunks(exchange, max(1, chunk // group), x, idx, w)
+        else:
+            y = _in_chunks(own_experts, chunk, x, idx, w)
         sums = width + replicated
         return jax.lax.psum(y, sums) if sums else y
 
