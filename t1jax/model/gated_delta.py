@@ -9,10 +9,10 @@ Two forms with one contract: `recurrent_gated_delta` scans over tokens (decode a
 torch_chunk_gated_delta_rule): a unit-lower-triangular system inside each chunk, then a scan over
 chunks.
 
-q and k are used as given: the caller L2-normalises both and scales q by dk**-0.5. H is the number of
-value heads; q and k may have fewer (H a multiple), each serving H / heads value heads in turn, as
-transformers' repeat_interleave. The output has v's dtype. segment_ids [B, S] (None = all ones): 0 marks padding,
-which leaves the state unchanged and outputs 0; where the id changes between consecutive non-padding
+q and k are used as given: the caller L2-normalises both and scales q by dk**-0.5. H is the number
+of value heads; q and k may have fewer (H a multiple), each serving H / heads value heads in turn,
+as transformers' repeat_interleave. The output has v's dtype. segment_ids [B, S] (None = all
+ones): 0 marks padding, which leaves the state unchanged and outputs 0; where the id changes between consecutive non-padding
 tokens the state restarts from zero, so packed rows never leak state across samples. initial_state
 is the state before the row's first token and belongs to its first segment; the returned state
 (float32) is the one after the row's last non-padding token.
@@ -167,7 +167,7 @@ def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, 
     every chunk's [C, C] and [C, d] terms and [dk, dv] state: at a 64k-token row with 64 heads
     of 128 that is 4 GiB of states and ~10 GiB of terms per layer, against ~0.3 GiB."""
     b, s, h, dv = v.shape
-    dk = q.shape[-1]
+    dk, dtype = q.shape[-1], v.dtype
     c = chunk_size
     assert c > 0 and c & (c - 1) == 0, f"chunk_size must be a power of two, got {c}"
     valid, reset = _resets(segment_ids, b, s)
@@ -189,10 +189,12 @@ def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, 
         g, beta = (jnp.moveaxis(x, 3, 1) for x in (g, beta))
         terms = _chunk_terms(q, k, v, g, beta, reset)
         state, out = jax.lax.scan(_chunk_step, state, tuple(jnp.moveaxis(x, 2, 0) for x in terms))
-        # [group, B, H, C, dv] -> [B, group * C, H, dv]
-        return state, jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(b, group * c, h, dv)
+        # [group, B, H, C, dv] -> [B, group * C, H, dv], in v's dtype: the stacked outputs
+        # (and their cotangents) are a whole row's worth
+        out = jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(b, group * c, h, dv)
+        return state, out.astype(dtype)
 
     xs = tuple(grouped(x) for x in (q, k, v, g, beta, valid, reset))
     state, out = jax.lax.scan(jax.checkpoint(one_group), _initial(initial_state, b, h, dk, dv), xs)
     out = jnp.moveaxis(out, 0, 1).reshape(b, groups * group * c, h, dv)[:, :s]
-    return out.astype(v.dtype), state
+    return out, state
