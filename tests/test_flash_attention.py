@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from t1jax.model.flash_attention import block_pairs, flash_attention
+from t1jax.model.flash_attention import _key_blocks, block_pairs, flash_attention
 
 
 def reference(q, k, v, qpos, qseg, kpos, kseg):
@@ -150,18 +150,25 @@ def test_no_score_matrix_in_memory():
 
 
 def test_index_causal_halves_the_work():
-    """XLA's CPU cost_analysis counts a while loop's body once, not times its trip count (both
-    settings report the same FLOPs), so count the work honestly from the compiled program
-    instead: the block scans' static trip counts in the HLO, with an identical body."""
+    """Each query block's loop over key blocks stops at the last key block starting before the
+    query block ends: at 8 x 8 blocks 36 of 64 tiles (the diagonal and below), exactly the
+    pairs block_pairs lists, for equal and unequal block sizes. The compiled program (XLA's CPU
+    cost_analysis counts a loop body once, so count loops instead): a scan over the 8 query
+    blocks, forward and backward, each with a key-block loop of static length 8 without
+    index_causal and a data-dependent length with it."""
+    for nq, nk, bq, bk in ((8, 8, 128, 128), (4, 8, 256, 128), (8, 4, 128, 256)):
+        for causal in (False, True):
+            pairs = block_pairs(nq, nk, bq, bk, causal)
+            for i in range(nq):
+                assert int(_key_blocks(i, bq, bk, nk, causal)) == sum(p[0] == i for p in pairs)
     assert len(block_pairs(8, 8, 128, 128, False)) == 64
-    assert len(block_pairs(8, 8, 128, 128, True)) == 36  # the diagonal and below
+    assert len(block_pairs(8, 8, 128, 128, True)) == 36
     trips = {}
     for causal in (False, True):
         compiled = big_call(causal, grad=True)
         trips[causal] = [int(n) for n in re.findall(r'"known_trip_count":\{"n":"(\d+)"',
                                                     compiled.as_text())]
-    assert trips[False] == [64, 64] and trips[True] == [36, 36]  # forward and backward scans
-    assert trips[True][0] / trips[False][0] < 0.7
+    assert trips[False] == [8, 8, 8, 8] and trips[True] == [8, 8], trips
 
 
 def test_sharded_batch_and_heads():

@@ -5,11 +5,13 @@ Why: the naive `attend` materialises float32 scores [B, kv_heads, group, S, T], 
 chip for a 32k-token row. Here only one [B, H, block_q, block_k] tile of scores exists at a time;
 everything kept across tiles (the running max / sum / output accumulator, the gradients) is O(S).
 
-Loop structure: one `lax.scan` over a static list of (query block, key block) pairs, the whole
-per-query state (m, l, acc; or dq, dk, dv in the backward) in the carry and each step reading and
-writing its blocks with dynamic slices. With `index_causal` the pairs whose key block lies wholly
-after the query block are left out of the list, so they cost nothing, not even in XLA's counted
-FLOPs (a `lax.cond` would still be counted), and the trip count stays static. Plain XLA, no Pallas,
+Loop structure: a `lax.scan` over query blocks, each a `fori_loop` over the key blocks it sees;
+a query block's state (m, l, acc; or dq in the backward) is the inner loop's carry and leaves the
+scan finished, in q.dtype, so only one block's float32 accumulator exists at a time (a carry of
+the whole row's float32 accumulators, as an earlier version had, costs 2 GiB per chip at a
+64k-token row with 32 heads of 256, and XLA kept several copies). With `index_causal` the inner
+loop stops at the last key block that starts before the query block ends (`block_pairs` lists
+the pairs visited), so the skipped pairs cost nothing. Plain XLA, no Pallas,
 so it compiles for TPU and runs on CPU; the loops run over sequence blocks only, so B and the heads
 can be sharded freely.
 """
@@ -56,31 +58,49 @@ def _in_loop(index, carry):
     return lax.optimization_barrier((index, carry))
 
 
+def _key_blocks(i, bq: int, bk: int, num_k_blocks: int, index_causal: bool):
+    """How many key blocks query block i visits: all, or (index_causal) those starting at or
+    before its last index (the key blocks block_pairs lists for it)."""
+    if not index_causal:
+        return num_k_blocks
+    return jnp.minimum(num_k_blocks, (i * bq + bq - 1) // bk + 1)
+
+
+def _unblocks(x, axis: int):
+    """The inverse of _blocks for a scan's stacked outputs."""
+    x = jnp.moveaxis(x, 0, axis)
+    return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
+
+
 def _forward(q, k, v, qpos, qseg, kpos, kseg, bq, bk, causal):
-    """Output [B, KV, G, S, D] in q.dtype and logsumexp [B, KV, G, S] (0 where no key is seen)."""
-    pairs = jnp.asarray(block_pairs(q.shape[3] // bq, k.shape[2] // bk, bq, bk, causal), jnp.int32)
+    """Output [B, KV, G, S, D] in q.dtype and logsumexp [B, KV, G, S] (0 where no key is seen).
+    A scan over query blocks, each a loop over its key blocks: only one query block's float32
+    accumulator exists at a time, and finished blocks leave in q.dtype."""
+    nq, nk = q.shape[3] // bq, k.shape[2] // bk
+    stat_shape = q.shape[:3] + (bq,)
 
-    def step(carry, pair):
-        (qpos_, qseg_, kpos_, kseg_), (acc, m, l) = _in_loop((qpos, qseg, kpos, kseg), carry)
-        i, j = pair[0], pair[1]
-        s, mask, _, _ = _tile(q, k, qpos_, qseg_, kpos_, kseg_, i, j, bq, bk)
-        vb = lax.dynamic_slice_in_dim(v, j * bk, bk, 2)
-        m_old, l_old, acc_old = (lax.dynamic_slice_in_dim(x, i * bq, bq, 3) for x in (m, l, acc))
-        m_new = jnp.maximum(m_old, s.max(-1))
-        p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
-        corr = jnp.exp(m_old - m_new)
-        pv = jnp.einsum("bkgqt,bktd->bkgqd", p.astype(v.dtype), vb,
-                        preferred_element_type=jnp.float32)
-        updates = (acc_old * corr[..., None] + pv, m_new, l_old * corr + p.sum(-1))
-        return tuple(lax.dynamic_update_slice_in_dim(x, u, i * bq, 3)
-                     for x, u in zip((acc, m, l), updates)), None
+    def query_block(_, i):
+        def key_block(j, carry):
+            (qpos_, qseg_, kpos_, kseg_), (acc, m, l) = _in_loop((qpos, qseg, kpos, kseg), carry)
+            s, mask, _, _ = _tile(q, k, qpos_, qseg_, kpos_, kseg_, i, j, bq, bk)
+            vb = lax.dynamic_slice_in_dim(v, j * bk, bk, 2)
+            m_new = jnp.maximum(m, s.max(-1))
+            p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
+            corr = jnp.exp(m - m_new)
+            pv = jnp.einsum("bkgqt,bktd->bkgqd", p.astype(v.dtype), vb,
+                            preferred_element_type=jnp.float32)
+            return acc * corr[..., None] + pv, m_new, l * corr + p.sum(-1)
 
-    stats = jnp.full(q.shape[:-1], NEG_INF, jnp.float32), jnp.zeros(q.shape[:-1], jnp.float32)
-    (acc, m, l), _ = lax.scan(step, (jnp.zeros(q.shape, jnp.float32), *stats), pairs)
-    seen = l > 0
-    out = acc / jnp.where(seen, l, 1.0)[..., None]  # a query that sees no key: acc = 0, out = 0
-    lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), 0.0)
-    return out.astype(q.dtype), lse
+        init = (jnp.zeros(stat_shape + q.shape[-1:], jnp.float32),
+                jnp.full(stat_shape, NEG_INF, jnp.float32), jnp.zeros(stat_shape, jnp.float32))
+        acc, m, l = lax.fori_loop(0, _key_blocks(i, bq, bk, nk, causal), key_block, init)
+        seen = l > 0
+        out = acc / jnp.where(seen, l, 1.0)[..., None]  # a query that sees no key: acc = 0
+        lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), 0.0)
+        return None, (out.astype(q.dtype), lse)
+
+    _, (out, lse) = lax.scan(query_block, None, jnp.arange(nq))
+    return _unblocks(out, 3), _unblocks(lse, 3)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
@@ -96,37 +116,43 @@ def _flash_fwd(q, k, v, qpos, qseg, kpos, kseg, bq, bk, causal):
 def _flash_bwd(bq, bk, causal, res, dout):
     """The flash-attention backward: per tile, p = exp(s - lse), dV += p^T dO, dS = p (dO V^T -
     delta) with delta = rowsum(dO * O), dQ += dS K, dK += dS^T Q (both scaled). dK / dV sum over
-    the query heads of each group through the einsums' g contraction."""
+    the query heads of each group through the einsums' g contraction. Same loops as the
+    forward: dQ is one query block's float32 accumulator at a time; dK / dV ([B, KV, T, D],
+    the key/value heads only) accumulate across the scan."""
     q, k, v, qpos, qseg, kpos, kseg, out, lse = res
     scale = q.shape[-1] ** -0.5
     delta = (dout.astype(jnp.float32) * out.astype(jnp.float32)).sum(-1)
-    pairs = jnp.asarray(block_pairs(q.shape[3] // bq, k.shape[2] // bk, bq, bk, causal), jnp.int32)
+    nq, nk = q.shape[3] // bq, k.shape[2] // bk
 
-    def step(carry, pair):
-        (qpos_, qseg_, kpos_, kseg_), (dq, dk, dv) = _in_loop((qpos, qseg, kpos, kseg), carry)
-        i, j = pair[0], pair[1]
-        s, mask, qb, kb = _tile(q, k, qpos_, qseg_, kpos_, kseg_, i, j, bq, bk)
-        vb = lax.dynamic_slice_in_dim(v, j * bk, bk, 2)
+    def query_block(dkv, i):
         dob, lse_b, delta_b = (lax.dynamic_slice_in_dim(x, i * bq, bq, 3)
                                for x in (dout, lse, delta))
-        p = jnp.where(mask, jnp.exp(s - lse_b[..., None]), 0.0)
-        dp = jnp.einsum("bkgqd,bktd->bkgqt", dob, vb, preferred_element_type=jnp.float32)
-        ds = p * (dp - delta_b[..., None])
-        dv_b = jnp.einsum("bkgqt,bkgqd->bktd", p.astype(dout.dtype), dob,
-                          preferred_element_type=jnp.float32)
-        dq_b = jnp.einsum("bkgqt,bktd->bkgqd", ds.astype(k.dtype), kb,
-                          preferred_element_type=jnp.float32) * scale
-        dk_b = jnp.einsum("bkgqt,bkgqd->bktd", ds.astype(q.dtype), qb,
-                          preferred_element_type=jnp.float32) * scale
-        dq = lax.dynamic_update_slice_in_dim(
-            dq, lax.dynamic_slice_in_dim(dq, i * bq, bq, 3) + dq_b, i * bq, 3)
-        dk, dv = (lax.dynamic_update_slice_in_dim(x, lax.dynamic_slice_in_dim(x, j * bk, bk, 2) + u,
-                                                  j * bk, 2) for x, u in ((dk, dk_b), (dv, dv_b)))
-        return (dq, dk, dv), None
 
-    zeros = tuple(jnp.zeros(x.shape, jnp.float32) for x in (q, k, v))
-    (dq, dk, dv), _ = lax.scan(step, zeros, pairs)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None, None
+        def key_block(j, carry):
+            (qpos_, qseg_, kpos_, kseg_), (dq, dk, dv) = _in_loop((qpos, qseg, kpos, kseg), carry)
+            s, mask, qb, kb = _tile(q, k, qpos_, qseg_, kpos_, kseg_, i, j, bq, bk)
+            vb = lax.dynamic_slice_in_dim(v, j * bk, bk, 2)
+            p = jnp.where(mask, jnp.exp(s - lse_b[..., None]), 0.0)
+            dp = jnp.einsum("bkgqd,bktd->bkgqt", dob, vb, preferred_element_type=jnp.float32)
+            ds = p * (dp - delta_b[..., None])
+            dv_b = jnp.einsum("bkgqt,bkgqd->bktd", p.astype(dout.dtype), dob,
+                              preferred_element_type=jnp.float32)
+            dq_b = jnp.einsum("bkgqt,bktd->bkgqd", ds.astype(k.dtype), kb,
+                              preferred_element_type=jnp.float32) * scale
+            dk_b = jnp.einsum("bkgqt,bkgqd->bktd", ds.astype(q.dtype), qb,
+                              preferred_element_type=jnp.float32) * scale
+            dk, dv = (lax.dynamic_update_slice_in_dim(
+                x, lax.dynamic_slice_in_dim(x, j * bk, bk, 2) + u, j * bk, 2)
+                for x, u in ((dk, dk_b), (dv, dv_b)))
+            return dq + dq_b, dk, dv
+
+        dq0 = jnp.zeros(q.shape[:3] + (bq, q.shape[-1]), jnp.float32)
+        dq, dk, dv = lax.fori_loop(0, _key_blocks(i, bq, bk, nk, causal), key_block, (dq0, *dkv))
+        return (dk, dv), dq.astype(q.dtype)
+
+    zeros = tuple(jnp.zeros(x.shape, jnp.float32) for x in (k, v))
+    (dk, dv), dq = lax.scan(query_block, zeros, jnp.arange(nq))
+    return _unblocks(dq, 3), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
