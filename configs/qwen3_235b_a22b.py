@@ -22,5 +22,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model = qwen3_235b_a22b.get_config().model
     config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=16, expert=8, tensor=1,
                                                  devices="tpu v5p-256"))
+    # what a 32k-token row per chip needs on top of remat and scan_layers (BUILD.md, "Ahead-of-
+    # time TPU checks"): the 94 saved layer inputs (25 GB per chip) wait in host memory, and the
+    # experts stay on their expert-axis chips while tokens travel a chunk at a time
+    config.model.offload_layer_inputs = True
+    config.model.moe_sharding = "gather_tokens"
     config.rollouts.tokenizer = "/shared/Qwen3-235B-A22B/tokenizer.json"
     return config

@@ -60,6 +60,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                                  devices="gpu"))
     config.model.param_dtype = "bfloat16"
     config.model.compute_dtype = "bfloat16"
+    # a 64k-token row per chip (BUILD.md, "Ahead-of-time TPU checks"): the 48 saved layer
+    # inputs (19 GB per chip) wait in host memory; experts stay put, tokens travel in chunks
+    config.model.moe_sharding = "gather_tokens"
+    config.model.offload_layer_inputs = True
 
     config.rl = rl_config()
     config.rl.actor_lr = 1e-6
@@ -67,6 +71,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rl.max_length = 65536
     config.rl.min_length = 8192
     config.rl.minibatches = 4
+    # 1024 tokens x 248k vocab of float32 logits per chunk (0.95 GiB); at 4096 three such
+    # chunks alive took 11.4 GiB of the actor step (BUILD.md, "Ahead-of-time TPU checks")
+    config.rl.logits_chunk = 1024
     config.rl.overlong = "drop"  # counted in batch/dropped_overlong
 
     r = config.rollouts

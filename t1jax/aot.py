@@ -47,12 +47,15 @@ class Chip:
     ici_bandwidth: float  # bytes/s per chip, all links together
 
 
-# Public spec sheets (cloud.google.com/tpu/docs/<version>).
+# Public spec sheets (cloud.google.com/tpu/docs/<version>). HBM is in GiB there: v5p's sheet
+# lists 95 GiB, what a program may allocate of the chip's 96 GiB (libtpu's own out-of-memory
+# message says 95.74G available), so 95 GiB = 102.0e9 bytes, not 95e9.
+GIB = 2**30
 CHIPS = {
-    "TPU v4": Chip(32e9, 275e12, 1.2e12, 2400e9 / 8),
-    "TPU v5 lite": Chip(16e9, 197e12, 819e9, 1600e9 / 8),
-    "TPU v5": Chip(95e9, 459e12, 2.765e12, 4800e9 / 8),  # v5p's device_kind
-    "TPU v6 lite": Chip(32e9, 918e12, 1.64e12, 3584e9 / 8),
+    "TPU v4": Chip(32 * GIB, 275e12, 1.2e12, 2400e9 / 8),
+    "TPU v5 lite": Chip(16 * GIB, 197e12, 819e9, 1600e9 / 8),
+    "TPU v5": Chip(95 * GIB, 459e12, 2.765e12, 4800e9 / 8),  # v5p's device_kind
+    "TPU v6 lite": Chip(32 * GIB, 918e12, 1.64e12, 3584e9 / 8),
 }
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 
@@ -268,8 +271,8 @@ class StepReport:
             first, *rest = self.error.splitlines()
             return ([f"{self.name}: DOES NOT FIT: {first} (after {self.compile_s:.0f} s)"]
                     + [f"  {line}" for line in rest[:40] if line.strip()])
-        out = [f"{self.name}: {self.total_bytes / gb:.1f} GB of {self.chip.hbm_bytes / gb:.0f} GB "
-               f"per chip ({'fits' if self.fits else 'DOES NOT FIT'}): arguments "
+        out = [f"{self.name}: {self.total_bytes / gb:.1f} GB of {self.chip.hbm_bytes / gb:.1f} GB "
+               f"({self.chip.hbm_bytes / GIB:.0f} GiB) per chip ({'fits' if self.fits else 'DOES NOT FIT'}): arguments "
                f"{self.argument_bytes / gb:.1f}, outputs {self.output_bytes / gb:.1f} (aliased "
                f"{self.alias_bytes / gb:.1f}), temporaries {self.temp_bytes / gb:.1f}"
                + (f", host {self.host_temp_bytes / gb:.1f}" if self.host_temp_bytes else "")

@@ -182,6 +182,10 @@ def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, 
         return jnp.moveaxis(x.reshape(b, groups, group, c, *x.shape[2:]), 1, 0)
 
     def one_group(state, xs):
+        # the barrier keeps the float32 casts below inside the loop: without it XLA's TPU
+        # compiler hoists them and casts the whole row at once (f32 copies of v, 2 GiB per chip
+        # at a 64k-token row, several alive), as it hoisted flash attention's masks
+        state, xs = jax.lax.optimization_barrier((state, xs))
         q, k, v, g, beta, valid, reset = xs
         q, k, v, g, beta = _neutral(valid, q, k, v, g, beta, h)
         # heads before chunks: [B, H, group, C, d] and [B, H, group, C]
@@ -192,7 +196,9 @@ def chunked_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None, 
         # [group, B, H, C, dv] -> [B, group * C, H, dv], in v's dtype: the stacked outputs
         # (and their cotangents) are a whole row's worth
         out = jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(b, group * c, h, dv)
-        return state, out.astype(dtype)
+        # and the output's cast stays in too (else a float32 row of outputs, and in the
+        # backward of their cotangents, [groups, B, group * C, H, dv])
+        return jax.lax.optimization_barrier((state, out.astype(dtype)))
 
     xs = tuple(grouped(x) for x in (q, k, v, g, beta, valid, reset))
     state, out = jax.lax.scan(jax.checkpoint(one_group), _initial(initial_state, b, h, dk, dv), xs)
