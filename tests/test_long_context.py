@@ -90,8 +90,10 @@ def test_remat_keeps_loss_and_gradients(family):
         scale = float(np.max(np.abs(np.asarray(a.get_value())))) or 1.0
         np.testing.assert_allclose(np.asarray(b.get_value()), np.asarray(a.get_value()),
                                    atol=1e-6 * scale, rtol=1e-5, err_msg=str(path))
-    def remat_calls(model):
-        return str(jax.make_jaxpr(lambda m: loss(m))(model)).count("remat2[")
+    def remat_calls(model):  # top-level ones: a layer each (Gated DeltaNet's own chunk-group
+        # checkpoints sit inside its scan, so they are not counted here)
+        jaxpr = jax.make_jaxpr(lambda m: loss(m))(model).jaxpr
+        return sum(e.primitive.name == "remat2" for e in jaxpr.eqns)
     assert remat_calls(variant(base, remat=True)) == base.model.cfg.num_hidden_layers
     assert remat_calls(variant(base, remat=False)) == 0
 
