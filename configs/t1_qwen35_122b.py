@@ -30,10 +30,11 @@ oversampling (admit the first trials to finish); up to 300+ tool calls per trial
 What it does not state, and is ours: batch size, learning rates, context and per-turn budgets,
 fleet size and the meshes. Memory (bf16 weights, fp32 Adam moments, ~12 bytes/param): actor
 1.47 TB + critic 1.47 TB (no frozen reference: KL is off); over 64 H200 (expert=8
-x fsdp=8) that is ~46 GB/GPU of state before activations. A 64k-token row's activations do
-not fit on top yet: the ahead-of-time TPU check (BUILD.md, "Ahead-of-time TPU checks") of this
-config on v5p-256 (mesh 1,16,8,1, one row per chip) needs 169-177 GiB of temporaries per chip,
-mostly saved layer inputs and the Gated DeltaNet's per-chunk float32 states.
+x fsdp=8) that is ~46 GB/GPU of state before activations. The ahead-of-time TPU check
+(BUILD.md, "Ahead-of-time TPU checks") compiles this config's actor step on v5p-256 (mesh
+1,16,8,1, one 64k-token row per chip) at 99.3 GB of the 102.0 GB (95 GiB) a chip offers, with
+the 48 saved layer inputs (19.3 GB) in host memory; the 8-GPU-per-node mesh above is not
+checked that way (no GPU compiler here).
 Not run on GPUs here.
 
 Known gap: our pinned chat template (t1jax/rollout/chat.py) renders Qwen2.5/3-style JSON tool
