@@ -12,8 +12,8 @@ chunks.
 q and k are used as given: the caller L2-normalises both and scales q by dk**-0.5. H is the number
 of value heads; q and k may have fewer (H a multiple), each serving H / heads value heads in turn,
 as transformers' repeat_interleave. The output has v's dtype. segment_ids [B, S] (None = all
-ones): 0 marks padding, which leaves the state unchanged and outputs 0; where the id changes between consecutive non-padding
-tokens the state restarts from zero, so packed rows never leak state across samples. initial_state
+ones): 0 marks padding, which leaves the state unchanged and outputs 0; where the id changes
+between consecutive non-padding tokens the state restarts from zero, so packed rows never leak state across samples. initial_state
 is the state before the row's first token and belongs to its first segment; the returned state
 (float32) is the one after the row's last non-padding token.
 """
@@ -101,7 +101,7 @@ def recurrent_gated_delta(q, k, v, g, beta, segment_ids=None, initial_state=None
 
 def _chunk_terms(q, k, v, g, beta, reset):
     """The per-chunk terms of the UT transform for chunks [B, H, N, C, ...] (float32, padding
-    neutral), and each chunk's reset flags [B, N, C].
+    neutral), given each chunk's reset flags [B, N, C].
 
     Resets so far inside the chunk: a token sees the carried-in state only if none happened before
     it (reads), tokens interact only within one segment (same), and only the chunk's last segment
