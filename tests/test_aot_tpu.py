@@ -30,12 +30,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 # name: (run config, model config or None, topology, mesh data,fsdp,expert,tensor, steps,
 #        steps CI compiles by default: the actor step, the larger of the two in every measurement)
 REAL = {
-    "qwen3_30b_a3b": ("configs/qwen3_30b_a3b.py", None, "v5p:2x4x4", "1,4,8,1", "actor,critic",
-                      "actor"),
+    "qwen3_30b_a3b": ("configs/qwen3_30b_a3b.py", None, "v5p:2x4x4", "1,4,8,1",
+                      "actor,critic,prefill,decode", "actor"),
     "qwen3_235b_a22b": ("configs/qwen3_235b_a22b.py", None, "v5p:4x4x8", "1,16,8,1",
-                        "actor,critic", "actor"),
+                        "actor,critic,prefill,decode", "actor"),
     "t1_qwen35_122b": ("configs/t1_qwen35_122b.py", None, "v5p:4x4x8", "1,16,8,1",
-                       "actor,critic", "actor"),
+                       "actor,critic,prefill,decode", "actor"),
 }
 HOST_GB_NEEDED = 14  # the T1 setting's full-depth step peaked at 13.4 GB of host memory
 

@@ -222,7 +222,7 @@ def check_sharded_grads(cfg, shape, seed):
 
 def assert_grads_match(grads, ref_grads, state):
     """Sharded gradients equal the single-device ones (to 1e-5 of each gradient's largest
-    entry, plus 1e-10), laid out like their parameters, and not all zero."""
+    entry, plus 1e-9), laid out like their parameters, and not all zero."""
     flat, ref_flat = nnx.to_flat_state(grads), nnx.to_flat_state(ref_grads)
     params = nnx.to_flat_state(state)
     for (path, g), (ref_path, r), (_, p) in zip(flat, ref_flat, params, strict=True):
@@ -230,9 +230,10 @@ def assert_grads_match(grads, ref_grads, state):
         g, r, p = g.get_value(), r.get_value(), p.get_value()
         assert g.sharding.is_equivalent_to(p.sharding, g.ndim), (path, g.sharding, p.sharding)
         scale = float(np.max(np.abs(np.asarray(r)))) or 1.0
-        # + 1e-10: deep layers' Gated DeltaNet gradients are ~1e-7 here and float32 sums split
-        # across devices move them by ~5e-11
-        np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-5 * scale + 1e-10,
+        # + 1e-9: deep layers' Gated DeltaNet gradients are ~1e-7-1e-6 here, sums over every
+        # token of cancelling terms; float32 partial sums split across devices moved one A_log
+        # gradient of 1.48e-6 by 3.6e-10 in one run (2.4e-4 relative), 5e-11 in others
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-5 * scale + 1e-9,
                                    rtol=1e-4,
                                    err_msg=str(path))
     assert any(float(np.max(np.abs(np.asarray(v.get_value())))) > 0 for _, v in flat)

@@ -274,6 +274,14 @@ class DockerSandbox(ShellSandbox):
             tty=False, user=self.user or "", workdir=self.workdir)["Id"]
         return _ExecSocket(self.client.api.exec_start(exec_id, socket=True))
 
+    def _stopped(self) -> bool:
+        import docker.errors
+        try:
+            self.container.reload()
+        except docker.errors.DockerException:
+            return False  # the daemon did not answer: the command's own timeout still applies
+        return self.container.status != "running"
+
     def _root_exec(self, argv: list[str]) -> str:
         import docker.errors
         try:

@@ -13,6 +13,7 @@ from t1jax.sandbox.base import (ExecResult, Limits, OutputBudgetExceeded, Sandbo
 from t1jax.sandbox.shell import PersistentShell
 
 MIN_CHECK_INTERVAL_S = 0.25
+ALIVE_CHECK_INTERVAL_S = 1.0
 # What a write into a full (kernel-capped) filesystem prints: look at the usage right away.
 DISK_FULL = ("No space left on device", "Disk quota exceeded")
 
@@ -26,6 +27,7 @@ class ShellSandbox:
     def _init_shell_state(self) -> None:
         self._lock = threading.Lock()
         self._last_check, self._check_every, self._baseline = 0.0, MIN_CHECK_INTERVAL_S, 0
+        self._last_alive_check = 0.0
         self.output_bytes = 0  # every command's output so far (Limits.episode_output_bytes)
 
     # -- for subclasses -----------------------------------------------------------------------
@@ -39,13 +41,19 @@ class ShellSandbox:
         """Bytes the sandbox has on its writable layer; None where that is not visible."""
         raise NotImplementedError
 
+    def _stopped(self) -> bool:
+        """Whether every process of the sandbox is gone while its shell stream stays open
+        (gVisor keeps a `docker exec` stream open after `kill -9 -1` stops the container);
+        False where that cannot happen or cannot be told."""
+        return False
+
     def _start_shell(self) -> None:
         self._baseline = self.disk_usage_bytes() or 0  # what the image brought is not counted
         self.shell = PersistentShell(
             self._open_shell, self._kill_helper, workdir=self.workdir,
             max_output_bytes=self.limits.max_output_bytes,
             kill_output_bytes=self.limits.kill_output_bytes,
-            check_limits=self._storage_violation)
+            check_limits=self._limit_violation)
         self.shell.start()
 
     # -- shared behaviour ---------------------------------------------------------------------
@@ -72,6 +80,15 @@ class ShellSandbox:
                 f"over its budget of {self.limits.episode_output_bytes} "
                 "(sandbox.episode_output_bytes)")
         return result
+
+    def _limit_violation(self) -> str | None:
+        """Why the running command must stop now, if it must: the sandbox stopped under it
+        (else its shell would wait out the command's whole timeout) or the storage quota."""
+        if time.monotonic() - self._last_alive_check >= ALIVE_CHECK_INTERVAL_S:
+            self._last_alive_check = time.monotonic()
+            if self._stopped():
+                return "the sandbox's processes were all killed"
+        return self._storage_violation()
 
     def _storage_violation(self) -> str | None:
         if time.monotonic() - self._last_check < self._check_every:
