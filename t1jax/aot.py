@@ -186,7 +186,10 @@ def _shape_bytes(text: str) -> int:
 
 def collectives(hlo: str) -> dict[str, dict[str, float]]:
     """Per collective kind: how many run per step and the bytes they produce per chip. Async
-    pairs count once (at -start; the produced buffer is the last element of its tuple)."""
+    pairs count once (at -start; the produced buffer is the last element of its tuple).
+    libtpu writes a reduce-scatter as an `all-reduce-scatter` fusion (pad -> all-reduce ->
+    this chip's dynamic-slice): its all-reduce counts as the reduce-scatter it is, by the
+    fusion's result (the shard)."""
     comps, entry = _computations(hlo)
     times = _multipliers(comps, entry)
     out = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
@@ -196,12 +199,15 @@ def collectives(hlo: str) -> dict[str, dict[str, float]]:
                          + r")(-start)?\(", line)
             if not m or times[name] == 0:
                 continue
-            shape = m.group(1)
+            kind, shape = m.group(2), m.group(1)
             if m.group(3):  # (operands..., outputs...): take the output half
                 parts = re.findall(r"[a-z]+\d*\[[\d,]*\]", shape)
                 shape = " ".join(parts[len(parts) // 2:])
-            out[m.group(2)]["count"] += times[name]
-            out[m.group(2)]["bytes"] += times[name] * _shape_bytes(shape)
+            if kind == "all-reduce" and name.startswith("all-reduce-scatter"):
+                root = next((x for x in lines if x.lstrip().startswith("ROOT ")), line)
+                kind, shape = "reduce-scatter", root.split(" = ", 1)[1].split(" ", 1)[0]
+            out[kind]["count"] += times[name]
+            out[kind]["bytes"] += times[name] * _shape_bytes(shape)
     return out
 
 

@@ -69,6 +69,29 @@ ENTRY %main.4 (a: bf16[4,8]) -> bf16[4,8] {
     assert got["all-gather"] == {"count": 48 + 1, "bytes": (48 + 1) * 4 * 8 * 2}
 
 
+def test_collectives_counts_libtpus_reduce_scatter_fusions_as_reduce_scatters():
+    """libtpu writes a reduce-scatter as an `all-reduce-scatter` fusion (the form the 235B
+    actor step's optimized HLO holds, shortened): its all-reduce is a reduce-scatter of the
+    fusion's result, the shard; an all-reduce elsewhere stays one."""
+    hlo = """\
+%all-reduce-scatter.clone.1 (input.32: bf16[8192,4096]) -> bf16[1080,4096] {
+  %input.32 = bf16[8192,4096]{1,0:T(8,128)(2,1)} parameter(0)
+  %pad.502 = bf16[8640,4096]{1,0:T(8,128)(2,1)} pad(%input.32, %c), padding=0_448x0_0
+  %all-reduce.898 = bf16[8640,4096]{1,0:T(8,128)(2,1)} all-reduce(%pad.502), channel_id=869
+  ROOT %dynamic-slice.1901 = bf16[1080,4096]{1,0:T(8,128)(2,1)} dynamic-slice(%all-reduce.898, \
+%m, %z), dynamic_slice_sizes={1080,4096}
+}
+ENTRY %main.4 (a: bf16[8192,4096]) -> bf16[1080,4096] {
+  %fusion.1466 = bf16[1080,4096]{1,0:T(8,128)(2,1)} fusion(%a), kind=kCustom, \
+calls=%all-reduce-scatter.clone.1
+  %all-reduce.1 = f32[16]{0} all-reduce(%b), channel_id=1
+}
+"""
+    got = aot.collectives(hlo)
+    assert got["reduce-scatter"] == {"count": 1, "bytes": 1080 * 4096 * 2}
+    assert got["all-reduce"] == {"count": 1, "bytes": 16 * 4}
+
+
 def test_model_flops_is_six_n_d_plus_attention():
     cfg = tiny_config().replace(tie_word_embeddings=False)
     counts = param_counts(cfg)
