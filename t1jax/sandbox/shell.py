@@ -28,6 +28,7 @@ STATE_FILE = "/tmp/.t1jax_shell_env"
 KILL_GRACE_S = 2.0
 RESTART_ATTEMPTS = 3
 LIMIT_CHECK_INTERVAL_S = 0.25  # how often check_limits runs while a command runs
+SANDBOX_DOWN = "the sandbox's processes were all killed"
 
 # Run as root inside the sandbox: kill the process groups of the shell's children except the
 # background jobs that existed before the command; with "shell", kill the shell too.
@@ -169,7 +170,7 @@ class PersistentShell:
             try:
                 self._run_kill_helper([str(self.pid), "children", *keep])
             except SandboxError:  # the sandbox itself went down (gVisor: its OOM): replace all
-                reason = "the sandbox's processes were all killed"
+                reason = SANDBOX_DOWN
                 return self._replace(out, start, keep, reason, timed_out)
             end_re = re.compile(rb"\n\x1eT1E" + self._nonce + rb" (\d+) ([^\n]*)\n")
             sink = _Sink()

@@ -10,7 +10,7 @@ import time
 
 from t1jax.sandbox.base import (ExecResult, Limits, OutputBudgetExceeded, SandboxError,
                                 StorageQuotaExceeded)
-from t1jax.sandbox.shell import PersistentShell
+from t1jax.sandbox.shell import SANDBOX_DOWN, PersistentShell
 
 MIN_CHECK_INTERVAL_S = 0.25
 ALIVE_CHECK_INTERVAL_S = 1.0
@@ -87,7 +87,7 @@ class ShellSandbox:
         if time.monotonic() - self._last_alive_check >= ALIVE_CHECK_INTERVAL_S:
             self._last_alive_check = time.monotonic()
             if self._stopped():
-                return "the sandbox's processes were all killed"
+                return SANDBOX_DOWN
         return self._storage_violation()
 
     def _storage_violation(self) -> str | None:
