@@ -153,8 +153,8 @@ def test_oracle_passes_every_assertion_and_snapshot_is_removed(docker_backend, b
     def inspect(sb):
         seen["name"] = sb.container.name
         # the verifier's own sandbox is gone: only the agent's container remains for this run
-        left = client.containers.list(all=True, filters={"label": f"t1jax.run={run_id}"})
-        seen["containers"] = [c.name for c in left]
+        left = client.api.containers(all=True, filters={"label": f"t1jax.run={run_id}"})
+        seen["containers"] = [c["Names"][0].lstrip("/") for c in left]
 
     report = episode(docker_backend, built, log_task, agent="oracle", run_id=run_id,
                      inspect=inspect)
