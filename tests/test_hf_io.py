@@ -287,3 +287,41 @@ def test_load_into_sharded_model(ckpt):
     np.testing.assert_allclose(np.asarray(out.logits), np.asarray(ckpt["out"].logits),
                                rtol=0, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(out.routes), np.asarray(ckpt["out"].routes))
+
+
+def test_scanned_model_loads_and_exports_like_the_unrolled_one(tmp_path):
+    """scan_layers stores layers 1-3 (one kind, repeated) stacked: loading fills each block
+    from its layers' HF tensors, sharded on a mesh with each device holding only its slice, and
+    gives the unrolled model's logits; exporting writes the unrolled model's tensors, bit for
+    bit."""
+    hf = random_hf(seed=3, num_hidden_layers=4, mlp_only_layers=[0])
+    hf.save_pretrained(tmp_path / "hf")
+    cfg = ModelConfig.from_pretrained(tmp_path / "hf")
+    unrolled = load_hf(abstract(cfg), tmp_path / "hf")
+    mesh = sharding.make_mesh(fsdp=2, expert=4)
+    scanned_cfg = cfg.replace(scan_layers=True)
+    scanned = load_hf(sharding.create_sharded(lambda: CausalLM(scanned_cfg, rbg_rngs(0)), mesh),
+                      tmp_path / "hf")
+    assert len(scanned.model.layers) == 1 and len(scanned.model.blocks) == 1
+    gate = scanned.model.blocks[0].mlp.gate.get_value()
+    assert gate.shape == (3, cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size)
+    assert gate.sharding.spec[:2] == (None, "expert")
+    assert gate.addressable_shards[0].data.shape == (3, cfg.num_experts // 4,
+                                                     cfg.hidden_size // 2,
+                                                     cfg.moe_intermediate_size)
+    for i in (1, 3):
+        np.testing.assert_array_equal(
+            np.asarray(gate[i - 1]),
+            np.asarray(unrolled.model.layers[i].mlp.gate.get_value()))
+    tokens = jnp.asarray(np.random.RandomState(1).randint(0, cfg.vocab_size, (B, S)), jnp.int32)
+    with jax.set_mesh(mesh):
+        out = forward(scanned, tokens)
+    np.testing.assert_allclose(np.asarray(out.logits), hf_logits(hf, np.asarray(tokens)),
+                               rtol=0, atol=ATOL)
+    export_hf(unrolled, tmp_path / "from_unrolled")
+    export_hf(scanned, tmp_path / "from_scanned")
+    a = safetensors_numpy.load_file(tmp_path / "from_unrolled" / "model.safetensors")
+    b = safetensors_numpy.load_file(tmp_path / "from_scanned" / "model.safetensors")
+    assert a.keys() == b.keys() and "model.layers.3.mlp.experts.7.down_proj.weight" in a
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)

@@ -14,16 +14,32 @@ import pytest
 from flax import nnx
 
 from conftest import tiny_causal_lm
-from t1jax.model.transformer import CausalLM, scan_plan, use_flash
+from t1jax.model.transformer import CausalLM, scan_plan, stored_at, use_flash
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
 
 
 def variant(model, **changes):
-    """The same parameters under a config with `changes` (attention, remat, ...)."""
+    """The same parameters under a config with `changes` (attention, remat, ...); with
+    scan_layers the repeating layers' parameters stacked into blocks."""
     cfg = model.model.cfg.replace(**changes)
-    graphdef = nnx.graphdef(nnx.eval_shape(lambda: CausalLM(cfg, nnx.Rngs(0))))
-    return nnx.merge(graphdef, nnx.state(model))
+    target = nnx.eval_shape(lambda: CausalLM(cfg, nnx.Rngs(0)))
+    graphdef, abstract = nnx.split(target)
+    sources = {}
+    for path, var in nnx.to_flat_state(nnx.state(model)):
+        stored, r = stored_at(cfg, path)
+        sources.setdefault(stored, {})[r] = var.get_value()
+    flat = [(path, var.replace(sources[path][None] if None in sources[path] else
+                               jnp.stack([sources[path][r] for r in sorted(sources[path])])))
+            for path, var in nnx.to_flat_state(abstract)]
+    return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def per_layer(cfg, grads, path):
+    """The gradient of the per-layer parameter `path` in a model of `cfg` (stacked or not)."""
+    stored, r = stored_at(cfg, path)
+    value = np.asarray(dict(nnx.to_flat_state(grads))[stored].get_value())
+    return value if r is None else value[r]
 
 
 def packed_rows(vocab):
@@ -121,9 +137,40 @@ def deeper(family: str, layers: int):
 def test_scan_plan_finds_the_repeating_block():
     """Qwen3 with its dense layer 0: a scan of 1-layer blocks from layer 1; Qwen3.5: blocks of
     three linear-attention layers and one full; one block alone does not repeat."""
-    assert scan_plan(deeper("qwen3_moe", 4).model.layers) == (1, 1)
-    assert scan_plan(deeper("qwen3_5_moe", 8).model.layers) == (0, 4)
-    assert scan_plan(deeper("qwen3_5_moe", 4).model.layers) == (4, 0)
+    plan = lambda family, n: scan_plan(deeper(family, n).model.cfg.replace(scan_layers=True))  # noqa
+    assert plan("qwen3_moe", 4) == (1, 1)
+    assert plan("qwen3_5_moe", 8) == (0, 4)
+    assert plan("qwen3_5_moe", 4) == (4, 0)
+    assert scan_plan(deeper("qwen3_moe", 4).model.cfg) == (4, 0)  # scan_layers off
+
+
+def test_scanned_layers_are_stored_stacked():
+    """scan_layers stores each block position's parameters once, stacked over the repeats (no
+    per-layer copies), each laid out like its layer with the leading axis unsplit; the engine's
+    per-layer view of layer i is that layer's slice."""
+    base = deeper("qwen3_5_moe", 8)
+    scanned = variant(base, scan_layers=True)
+    assert len(scanned.model.layers) == 0 and len(scanned.model.blocks) == 4
+    gate = scanned.model.blocks[0].mlp.gate
+    assert gate.shape == (2,) + base.model.layers[0].mlp.gate.shape
+    assert gate.get_metadata()["out_sharding"] == (None, "expert", "embed", "expert_mlp")
+    flat = dict(nnx.to_flat_state(nnx.state(scanned)))
+    assert not any("layers" in path for path in flat)
+    for i in (0, 3, 5):
+        np.testing.assert_array_equal(np.asarray(scanned.model.layer(i).mlp.gate[...]),
+                                      np.asarray(base.model.layers[i].mlp.gate[...]))
+        assert scanned.model.layer(i).mlp.gate.get_metadata()["out_sharding"] == \
+            base.model.layers[i].mlp.gate.get_metadata()["out_sharding"]
+    # the engine runs the stacked layers one by one through the KV cache: same ids, log-probs
+    # and routes as the unrolled model
+    prompts, params = [[5, 17, 300, 42, 7, 9], [9, 1, 2]], SamplingParams(temperature=0.0,
+                                                                          max_new_tokens=4)
+    results = [JaxEngine(m, max_batch=2, max_len=16, prefill_buckets=(8,)).generate(prompts, params)
+               for m in (base, scanned)]
+    for a, b in zip(*results):
+        assert a.output_ids == b.output_ids
+        np.testing.assert_allclose(a.output_logprobs, b.output_logprobs, atol=1e-5)
+        np.testing.assert_array_equal(a.routed_experts, b.routed_experts)
 
 
 @pytest.mark.parametrize("family,layers,remat", [("qwen3_moe", 4, False), ("qwen3_moe", 4, True),
@@ -153,8 +200,11 @@ def test_scanned_layers_equal_unrolled_layers(family, layers, remat):
         np.testing.assert_allclose(float(o1.aux_loss), float(o0.aux_loss), rtol=1e-6)
         np.testing.assert_array_equal(np.asarray(o1.routes), np.asarray(o0.routes))
         np.testing.assert_array_equal(np.asarray(o1.free_routes), np.asarray(o0.free_routes))
-        for (path, a), (_, b) in zip(nnx.to_flat_state(g0), nnx.to_flat_state(g1), strict=True):
-            a, b = np.asarray(a.get_value()), np.asarray(b.get_value())
+        scanned_cfg = cfg.replace(scan_layers=True)
+        assert sum(v.get_value().size for _, v in nnx.to_flat_state(g1)) == \
+            sum(v.get_value().size for _, v in nnx.to_flat_state(g0))
+        for path, a in nnx.to_flat_state(g0):
+            a, b = np.asarray(a.get_value()), per_layer(scanned_cfg, g1, path)
             # each gradient to 1e-4 of its own norm plus a 1e-9 floor: float32 sums in another
             # order move Gated DeltaNet's A_log and dt_bias gradients (~1e-7 here) by ~1e-10,
             # while a missing or misrouted gradient misses by its own size

@@ -267,8 +267,10 @@ def test_scanned_layers_shard_and_differentiate_like_unrolled_ones():
     """scan_layers: each stacked parameter keeps its layer's layout (the new leading axis
     unsplit), and the sharded gradients equal one device's: Qwen3 scanned from layer 1, and
     Qwen3.5's block of three linear-attention layers and one full, twice."""
-    check_sharded_grads(tiny_config(num_hidden_layers=4, scan_layers=True, remat=True),
-                        (2, 2, 2, 1), seed=2)
+    grads = check_sharded_grads(tiny_config(num_hidden_layers=4, scan_layers=True, remat=True),
+                                (2, 2, 2, 1), seed=2)
+    gate = dict(nnx.to_flat_state(grads))[("model", "blocks", 0, "mlp", "gate")].get_value()
+    assert gate.shape[0] == 3 and gate.sharding.spec[:2] == (None, "expert")  # layers 1-3
     hybrid = hybrid_config()
     check_sharded_grads(hybrid.replace(num_hidden_layers=8, layer_types=hybrid.layer_types * 2,
                                        scan_layers=True, remat=True), (2, 1, 2, 2), seed=3)

@@ -38,7 +38,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         moe_dispatch="auto",
         load_balancing_coef=0.0,
         remat=True,  # recompute each layer in the backward: long rows fit (t1jax/aot.py)
-        scan_layers=True,  # the repeating layers under lax.scan: bounds weight prefetch
+        scan_layers=True,  # repeating layers stored stacked, run under lax.scan
     ))
     if arg in (None, "", "tpu"):
         # v5p-128 = 128 TensorCores = 64 chips x 95 GB = ~6.1 TB HBM. With expert=8 x fsdp=8

@@ -99,9 +99,12 @@ class ModelConfig:
     # how a mesh brings tokens and experts together (t1jax/model/expert_sharding.py):
     # "gather_weights" (each layer's experts gathered whole) | "gather_tokens" (expert parallel)
     moe_sharding: str = "gather_weights"
-    # Training forwards run the repeating layers under lax.scan (parameters stay per layer):
-    # one layer's program, compiled once, and at most about one layer's weights and buffers in
-    # flight, where an unrolled loop lets XLA's scheduler run weight gathers far ahead
+    # The repeating layers' parameters are stored stacked (one array per block position, a
+    # leading layer axis: Transformer.blocks) and training forwards run them under lax.scan:
+    # one layer's program, compiled once, at most about one layer's weights and buffers in
+    # flight (unrolled, XLA's scheduler runs weight gathers far ahead), and per-parameter work
+    # (optimizer, norms) on a few arrays instead of one per layer. HF checkpoints still load
+    # and export layer by layer (t1jax.model.hf_io); the engine runs the layers one by one
     scan_layers: bool = False
     # With remat: the one activation each layer keeps for its backward pass (its input, bf16
     # [rows, length, hidden]) waits in host memory (pinned_host) instead of HBM: a 94-layer

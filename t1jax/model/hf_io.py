@@ -15,6 +15,7 @@ t1jax.model.linear_attention): `q_proj` holds each head's query then its output 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from t1jax.model.config import ModelConfig
+from t1jax.model.transformer import stored_at
 
 
 def _linear_map(cfg: ModelConfig, i: int) -> dict:
@@ -158,29 +160,53 @@ def load_hf(model: nnx.Module, path, head: str = "lm") -> nnx.Module:
     cfg = model.model.cfg
     _, state = nnx.split(model)
     flat = dict(nnx.to_flat_state(state))
+    targets = {}  # where each parameter is stored -> its layers' (repeat, hf keys, conversion)
     for key, (hf_keys, convert) in param_map(cfg, head).items():
-        if key not in flat:
-            raise KeyError(f"model has no parameter {'/'.join(map(str, key))}")
-        var = flat[key]
+        stored, r = stored_at(cfg, key)
+        targets.setdefault(stored, []).append((r, hf_keys, convert))
+    for stored, sources in targets.items():
+        if stored not in flat:
+            raise KeyError(f"model has no parameter {'/'.join(map(str, stored))}")
+        var = flat[stored]
         current = var.get_value()
-        cache = {}
+        stacked = sources[0][0] is not None
+        expected = current.shape[1:] if stacked else current.shape
 
-        def slice_of(index, hf_keys=hf_keys, convert=convert, current=current, cache=cache):
-            if "full" not in cache:  # one conversion per parameter, not per local device
-                full = convert([reader.get(k) for k in hf_keys])
-                if full.shape != current.shape:
-                    raise ValueError(f"{path}: {hf_keys[0]} gives shape {full.shape}, the model "
-                                     f"expects {current.shape}; does config.json match?")
-                cache["full"] = full.astype(current.dtype)
-            return cache["full"][index]
+        def layer(hf_keys, convert, expected=expected, dtype=current.dtype):
+            full = convert([reader.get(k) for k in hf_keys])
+            if full.shape != expected:
+                raise ValueError(f"{path}: {hf_keys[0]} gives shape {full.shape}, the model "
+                                 f"expects {expected}; does config.json match?")
+            return full.astype(dtype)
 
         sharding = getattr(current, "sharding", None)
         if sharding is None or isinstance(current, jax.ShapeDtypeStruct):
             sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0]) \
                 if sharding is None else sharding
-        var.set_value(jax.make_array_from_callback(current.shape, sharding, slice_of))
+        parts = [functools.partial(layer, k, c) for _, k, c in sorted(sources, key=lambda x: x[0])]
+        var.set_value(_assemble(current.shape, current.dtype, sharding, parts, stacked))
     nnx.update(model, state)
     return model
+
+
+def _assemble(shape, dtype, sharding, parts, stacked: bool) -> jax.Array:
+    """A (possibly sharded) array from its layers' host tensors, each converted once: this
+    host's devices get only their own slices. `stacked`: parts[r] is row r of the leading axis
+    (scan_layers' blocks), else parts[0] is the whole array."""
+    if not stacked:
+        full = parts[0]()
+        return jax.make_array_from_callback(shape, sharding, lambda index: full[index])
+    indices = sharding.addressable_devices_indices_map(shape)
+    rows = {d: range(*index[0].indices(shape[0])) for d, index in indices.items()}
+    local = {d: np.empty([len(range(*s.indices(n))) for s, n in zip(index, shape)], dtype)
+             for d, index in indices.items()}
+    for r, part in enumerate(parts):
+        full = part()
+        for d, index in indices.items():
+            if r in rows[d]:
+                local[d][rows[d].index(r)] = full[index[1:]]
+    return jax.make_array_from_single_device_arrays(
+        shape, sharding, [jax.device_put(local[d], d) for d in indices])
 
 
 def export_hf(model: nnx.Module, path, dtype: str | None = None,
@@ -198,7 +224,15 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
     cfg = model.model.cfg
     _, state = nnx.split(model)
     flat = dict(nnx.to_flat_state(state))
-    get = lambda key: _to_numpy(jax.device_get(flat[key].get_value()))  # noqa: E731
+    stacks = {}  # scan_layers' stacked blocks, fetched once for all their layers
+
+    def get(key):
+        stored, r = stored_at(cfg, key)
+        if r is None:
+            return _to_numpy(jax.device_get(flat[stored].get_value()))
+        if stored not in stacks:
+            stacks[stored] = _to_numpy(jax.device_get(flat[stored].get_value()))
+        return stacks[stored][r]
     tensors = _fused(cfg, get)
     for key, (hf_keys, convert) in param_map(cfg, "lm").items():
         if hf_keys[0] in tensors:
