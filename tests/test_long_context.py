@@ -5,8 +5,6 @@ engine), layer remat leaves loss and gradients unchanged, layers under lax.scan 
 compute the unrolled model's loss, gradients, routes and aux loss, and the trainer's chunked
 vocabulary reduction (rl.logits_chunk) gives the full-logits step's update and metrics."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -4,7 +4,8 @@ computes, the critic trains first and hands its pre-update values to GAE, R3 rep
 rollout's experts (and the mismatch metrics say so), the deterministic-mode claim (rollout
 log-probs from the same model give a zero gap), the switches (rollout old log-probs, TIS,
 minibatches, epochs, KL, entropy, load balancing) run, critic/SFT steps touch only their model,
-the critic is warm-started from the actor, and a step shape compiles once.
+the critic is warm-started from the actor, layers stored stacked (scan_layers) train as
+per-layer ones do, and a step shape compiles once.
 
 Compiles are the cost on a 2-core box: every compiled function here (the trainer's own, via
 its module's `jax`) gets FAST_COMPILE, trainers are built once per module (three: 8 devices,
@@ -19,7 +20,7 @@ import pytest
 from flax import nnx
 
 from t1jax import sharding
-from t1jax.model.transformer import ValueModel
+from t1jax.model.transformer import ValueModel, stored_at
 from t1jax.rl import critic as critic_lib
 from t1jax.rl import ppo
 from t1jax.rl import trainer as trainer_lib
@@ -54,7 +55,7 @@ def fast_jit(fun, **kw):
     return jax.jit(fun, compiler_options=FAST_COMPILE, **kw)
 
 
-def make_samples(seed, lengths=LENGTHS):
+def make_samples(seed, lengths=LENGTHS, cfg=CFG):
     """Random ids; a prompt, two assistant turns with an observation between; rollout log-probs
     on the sampled ids; random top-k routes on the MoE layer, -1 on the dense layer and on the
     last token (the rollout never ran the model on it); rewards in [0, 1]."""
@@ -64,10 +65,10 @@ def make_samples(seed, lengths=LENGTHS):
         mask = np.zeros(n, np.int8)
         mask[n // 5: n // 2] = 1
         mask[(2 * n) // 3: n - 2] = 1
-        routes = np.full((n, LAYERS, K), -1, np.int32)
+        routes = np.full((n, cfg.num_hidden_layers, K), -1, np.int32)
         for t in range(n - 1):
-            for layer in range(LAYERS):
-                if CFG.is_moe_layer(layer):
+            for layer in range(cfg.num_hidden_layers):
+                if cfg.is_moe_layer(layer):
                     routes[t, layer] = rng.choice(E, K, replace=False)
         out.append(Sample(tokens=rng.randint(0, CFG.vocab_size, n), loss_mask=mask,
                           rollout_logprobs=np.where(mask, -3 * rng.rand(n), 0.0),
@@ -373,6 +374,36 @@ def test_sft_step_lowers_nll_and_leaves_the_critic(single):
     for p in critic0:
         np.testing.assert_array_equal(critic0[p], critic1[p], err_msg=str(p))
     assert len([k for k in single._compiled if k[0] == "sft"]) == 1
+
+
+def test_scanned_layers_train_like_unrolled_ones(fast):
+    """scan_layers (the repeating layers stored stacked, one array per block position): from the
+    same seed, one PPO step (critic and actor, replayed routes, clip, Adam) gives every layer's
+    parameters the update the per-layer model gives them, and the same metrics."""
+    cfg = CFG.replace(num_hidden_layers=3, remat=True)  # layers 1-2: one MoE block, twice
+    samples = make_samples(11, cfg=cfg)
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    runs = {}
+    for scan in (False, True):
+        trainer = with_trained_head(Trainer(cfg.replace(scan_layers=scan), SETTINGS, mesh,
+                                            seed=0))
+        before = host(trainer.state)
+        metrics = device_metrics(trainer.ppo_step(samples))
+        runs[scan] = before, host(trainer.state), metrics
+    scanned_cfg = cfg.replace(scan_layers=True)
+    assert any(path[1] == "blocks" for path in flat(runs[True][1].actor))
+    for name in ("actor", "critic"):
+        for when in (0, 1):  # the same init, then the same update
+            unrolled = flat(getattr(runs[False][when], name))
+            scanned = flat(getattr(runs[True][when], name))
+            assert sum(v.size for v in scanned.values()) == sum(v.size for v in unrolled.values())
+            for path, value in unrolled.items():
+                stored, r = stored_at(scanned_cfg, path)
+                got = scanned[stored] if r is None else scanned[stored][r]
+                np.testing.assert_allclose(got, value, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{name} {path}")
+    for k, v in runs[False][2].items():
+        np.testing.assert_allclose(runs[True][2][k], v, rtol=1e-4, atol=1e-6, err_msg=k)
 
 
 # -- init, compile reuse -------------------------------------------------------------------------

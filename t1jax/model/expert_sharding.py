@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax._src.lax.parallel import all_gather_invariant  # public as jax.lax.* in newer JAX
 from jax.sharding import PartitionSpec as P
 
 from t1jax import sharding
 from t1jax.model.config import MOE_SHARDINGS
 from t1jax.model.dispatch import expert_ffn
+
+try:  # jax.lax in newer JAX releases; only private in the 0.10.2 we pin
+    from jax.lax import all_gather_invariant
+except ImportError:
+    from jax._src.lax.parallel import all_gather_invariant
 
 _UP = ("expert", "embed", "expert_mlp")  # gate and up: [E, D, F]
 _DOWN = ("expert", "expert_mlp", "embed")  # down: [E, F, D]
