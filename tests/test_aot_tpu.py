@@ -84,14 +84,13 @@ def test_tiny_models_compile_for_a_v5p_topology(model, tmp_path):
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_config_fits_its_topology(name, tmp_path):
     """The config's batch and row length at full depth on its topology and mesh: every step
-    compiled fits in HBM. By default T1's actor step; T1JAX_AOT_REAL=1 every config's every
-    step, T1JAX_AOT_REAL=0 none (2-22 minutes a step on 2 cores)."""
+    compiled fits in HBM. By default the actor step; T1JAX_AOT_REAL=1 every step,
+    T1JAX_AOT_REAL=0 none (1.5-12 minutes a step on 2 cores)."""
     config, model, topology, mesh, steps, ci_steps = REAL[name]
     choice = os.environ.get("T1JAX_AOT_REAL", "")
     if choice == "0" or not (ci_steps or choice == "1"):
         pytest.skip(f"{name}: T1JAX_AOT_REAL={choice or 'unset'} (=1 compiles every config's "
-                    "every step); its numbers are in BUILD.md, 'Ahead-of-time "
-                    "TPU checks'")
+                    "every step); its numbers are in BUILD.md, 'Ahead-of-time TPU checks'")
     if host_available_gb() < HOST_GB_NEEDED:
         pytest.skip(f"{name}: compiling a full-depth step needs ~{HOST_GB_NEEDED} GB of free "
                     f"host memory, this host has {host_available_gb():.1f} GB available")
