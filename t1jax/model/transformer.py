@@ -302,10 +302,8 @@ class Transformer(nnx.Module):
 
     def layer(self, i: int) -> nnx.Module:
         """Layer i as its own module (a view into the stacked blocks past the unstacked ones)."""
-        if i < len(self.layers):
-            return self.layers[i]
-        r, j = divmod(i - len(self.layers), len(self.blocks))
-        return unstacked(self.blocks[j], r)
+        (_, j), r = layer_slot(self.cfg, i)
+        return self.layers[i] if r is None else unstacked(self.blocks[j], r)
 
     def __call__(self, tokens, positions=None, segment_ids=None, routes=None, cache=None):
         cfg = self.cfg
