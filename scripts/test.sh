@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # The test suite, slow end-to-end tests included. Set-up is automatic and idempotent.
-# Extra arguments go to pytest, e.g. -m "not slow" for the fast subset.
+# Extra arguments go to pytest, e.g. -m "not slow" for the fast subset (the inner loop).
+# Tests run on T1JAX_TEST_WORKERS pytest-xdist workers (default: one per core, at most 4), one
+# test file per worker at a time, the most expensive files first (tests/file_costs.json); 1
+# runs them in this process. Where the time goes: .pytest_cache/t1jax/test-times.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+setup_start=$(date +%s)
 bash scripts/setup.sh
-# The TPU ahead-of-time compile checks (tests/test_aot_tpu.py) run libtpu from their own
-# virtualenv, kept out of the default install. T1JAX_SKIP_TPU_AOT=1 skips them.
-if [ "${T1JAX_SKIP_TPU_AOT:-0}" != 1 ]; then
-  want=$(sha256sum requirements.txt requirements-tpu.txt | sha256sum | cut -d' ' -f1)
-  if [ "$(cat .venv-tpu/.requirements.sha256 2>/dev/null)" != "$want" ]; then
-    echo "[test] installing .venv-tpu (jax[tpu], libtpu) for the TPU compile checks" >&2
-    python3 -m venv .venv-tpu && .venv-tpu/bin/python -m pip install -q -r requirements-tpu.txt \
-      || { echo "[test] ERROR: could not install requirements-tpu.txt into .venv-tpu; the" \
-                "package index must be reachable (or set T1JAX_SKIP_TPU_AOT=1)" >&2; exit 1; }
-    echo "$want" > .venv-tpu/.requirements.sha256
-  fi
-fi
-exec .venv/bin/python -m pytest -q "$@"
+# The tiny TPU ahead-of-time compiles (tests/test_aot_tpu.py) run libtpu from .venv-tpu; the
+# real-scale ones are scripts/check_tpu_fit.sh. T1JAX_SKIP_TPU_AOT=1 skips both.
+[ "${T1JAX_SKIP_TPU_AOT:-0}" = 1 ] || bash scripts/setup_tpu.sh
+echo "[test] set-up took $(( $(date +%s) - setup_start )) s (not counted in the suite's time)" >&2
+workers=${T1JAX_TEST_WORKERS:-$(nproc)}
+[ "$workers" -gt 4 ] && workers=4
+parallel=()
+[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+exec .venv/bin/python -m pytest -q "${parallel[@]}" "$@"

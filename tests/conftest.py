@@ -9,8 +9,20 @@ import os
 
 # Before anything imports JAX: tests of sharded code see 8 host devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# One compile per program per machine: JAX's persistent compilation cache, outside the checkout,
+# shared by every test, both xdist workers and every job a test starts (run.py inherits the
+# environment). The cache keys on the program, XLA flags and jaxlib, so a hit is the executable
+# the compile would have produced. The size cap makes JAX lock the folder (filelock), which
+# workers writing the same entry need. T1JAX_JAX_CACHE= (empty) turns it off.
+_JAX_CACHE = os.environ.get("T1JAX_JAX_CACHE", os.path.expanduser("~/.cache/t1jax/jax-tests"))
+if _JAX_CACHE:
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _JAX_CACHE)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
 import pytest  # noqa: E402
+
+pytest_plugins = ["suite_timing"]  # the per-file time table and the 45-minute guard
 
 
 def pytest_configure(config):
@@ -109,17 +121,35 @@ TOY_RECIPE = ["--config.pool.families=write,mkdir", "--config.pool.train_per_fam
               "--config.rollouts.batch_size=2"]
 
 
-@pytest.fixture(scope="session")
-def toy_run(tmp_path_factory, docker_backend):
-    """A finished main-job workdir at toy size (every phase, report included; ~3 minutes):
-    what the notebooks read in their tests."""
+def run_toy_recipe(workdir, config="tiny_cpu.py", *extra):
+    """experiments/run.py at toy size (TOY_RECIPE) in `workdir`; fails with the job's output."""
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
-    workdir = tmp_path_factory.mktemp("toy_run")
     proc = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "--config",
-                           str(root / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
-                           *TOY_RECIPE], cwd=root, capture_output=True, text=True, timeout=900)
+                           str(root / "configs" / config), "--workdir", str(workdir),
+                           *TOY_RECIPE, *extra], cwd=root, capture_output=True, text=True,
+                          timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory, docker_backend):
+    """A finished main-job workdir at toy size (every phase, report included; ~3 minutes):
+    what test_recipe and the notebooks read. Built once per run, not once per xdist worker:
+    the first worker to need it builds it under a lock in the run's shared temp folder (a
+    worker's basetemp's parent), the others wait for it and read it. Tests must not change it."""
+    import fcntl
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if worker else shared
+    workdir, done = shared / "toy_run", shared / "toy_run.built"
+    with open(shared / "toy_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            workdir.mkdir(exist_ok=True)
+            run_toy_recipe(workdir)
+            done.write_text("ok")
     return workdir
