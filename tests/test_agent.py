@@ -114,6 +114,7 @@ def check_record(traj, engine_prompts):
     assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask) if not m)
 
 
+@pytest.mark.slow
 def test_scripted_engine_solves_task(tok, task, env):
     backend, make, run_id = env
     texts = ["Let me look.\n" + render_tool_call("ls /app/logs"),

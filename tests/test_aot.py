@@ -115,6 +115,7 @@ def _compiled_forward_hlo(cfg, mesh, rows, length):
         ).compile().as_text()
 
 
+@pytest.mark.slow
 def test_moe_dispatch_sorts_each_devices_tokens_only():
     """8 rows x 16 tokens over 8 devices, top-2: each device sorts its own 32 assignments; a
     sort over all 256 is the GSPMD fallback that replicated every token on every chip."""
@@ -128,6 +129,7 @@ def test_moe_dispatch_sorts_each_devices_tokens_only():
     assert "all-gather" in hlo  # the experts come to the tokens
 
 
+@pytest.mark.slow
 def test_train_steps_report_on_cpu_devices():
     """The PPO step compiled on an 8-device CPU mesh through the same code path as a TPU
     topology: every number present, optimizer moments sharded like their parameters."""

@@ -106,6 +106,7 @@ def saved(directory, state=None, steps=(1,), **kw):
 
 # -- round trip ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_round_trip_is_bit_exact_and_sharded(tmp_path):
     state = saved(tmp_path)
     fsdp_leaves = [x for x in jax.tree.leaves(state) if "fsdp" in jax.tree.leaves(
@@ -123,6 +124,7 @@ def test_round_trip_is_bit_exact_and_sharded(tmp_path):
         assert got.sharding == want.sharding, (got.sharding, want.sharding)
 
 
+@pytest.mark.slow
 def test_restore_onto_a_different_mesh(tmp_path):
     state = saved(tmp_path)
     mesh = sharding.make_mesh(data=2, fsdp=2, expert=2)

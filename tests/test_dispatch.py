@@ -171,6 +171,7 @@ def test_auto_resolves_to_a_real_strategy():
 # -- bounded passes and the mesh -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_chunked_expert_ffn_equals_one_pass_values_and_grads():
     """chunked_expert_ffn (at most `chunk` tokens per pass, the last chunk padded with expert
     -1) computes the one-pass function, and its gradients, for every input it is given."""

@@ -140,6 +140,7 @@ def test_batching_engine_coalesces_concurrent_calls():
     assert sum(inner.sizes) == 6 and len(inner.sizes) < 6  # some calls were decoded together
 
 
+@pytest.mark.slow
 def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
     tasks = [load_task(SEED / t) for t in ORACLE_TASKS + (NOTHING_TASK,)]
     tasks.append(load_task(_copy_task(
@@ -274,6 +275,7 @@ def test_eval_job_end_to_end(docker_backend, tmp_path):
     assert len(list((workdir / "samples").glob("*.npz"))) == 2
 
 
+@pytest.mark.slow
 def test_load_policy_from_checkpoint_and_hf(tmp_path):
     """The job's policy sources: a training run's checkpoints/ (its actor, latest or a given
     step), an HF safetensors dir, or the seeded random init."""

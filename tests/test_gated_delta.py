@@ -53,6 +53,7 @@ def take(x, idx):
 
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize("chunk", [4, CHUNK, 64])  # many chunks; the default; one padded chunk
+@pytest.mark.slow
 def test_chunked_matches_recurrent(with_state, chunk):
     args = inputs()
     state = initial_state() if with_state else None
@@ -65,6 +66,7 @@ def test_chunked_matches_recurrent(with_state, chunk):
     assert np.abs(np.asarray(out_r)).max() > 0.1  # a real signal, not two zero arrays
 
 
+@pytest.mark.slow
 def test_matches_transformers():
     import torch
     from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import (
@@ -83,6 +85,7 @@ def test_matches_transformers():
         close(ours[1], fin.numpy(), tol=3e-5)
 
 
+@pytest.mark.slow
 def test_dtype_follows_input():
     args = [x.astype(jnp.bfloat16) for x in inputs()]
     for form in FORMS.values():
@@ -92,6 +95,7 @@ def test_dtype_follows_input():
 
 @pytest.mark.parametrize("name", FORMS)
 @pytest.mark.parametrize("first", [10, 16, 21])  # boundary inside chunk 0, on a chunk edge, in chunk 1
+@pytest.mark.slow
 def test_packed_equals_separate(name, first):
     """Two sequences in one row (then right padding) give what each gives alone; the row's initial
     state belongs to the first sequence only."""
@@ -116,6 +120,7 @@ def test_packed_equals_separate(name, first):
 
 
 @pytest.mark.parametrize("name", FORMS)
+@pytest.mark.slow
 def test_padding(name):
     """Right padding, padding between segments and holes inside a segment change nothing on the
     valid tokens; padding outputs are 0 and the final state is the last valid token's."""
@@ -149,6 +154,7 @@ def test_padding(name):
     close(fin, fin2)
 
 
+@pytest.mark.slow
 def test_gradients_agree():
     """d loss / d(q, k, v, g, beta) of both forms, on a packed and padded row with an initial state.
 
@@ -192,6 +198,7 @@ def test_decode_token_by_token():
 
 
 @pytest.mark.parametrize("group", [1, 3, 4])
+@pytest.mark.slow
 def test_chunk_groups_change_nothing(group):
     """Chunks run in checkpointed groups (10 chunks of 4 here: groups of 3 and 4 pad the row with
     whole padding chunks); outputs, final state and gradients equal the token scan's on a packed,

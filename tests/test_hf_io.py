@@ -237,6 +237,7 @@ def test_missing_checkpoint_files(tmp_path, ckpt):
         load_hf(abstract(ckpt["cfg"]), tmp_path)
 
 
+@pytest.mark.slow
 def test_value_model_backbone_from_policy_checkpoint(ckpt):
     cfg = ckpt["cfg"]
     model = ValueModel(cfg, rbg_rngs(0))
@@ -259,6 +260,7 @@ def test_value_model_backbone_from_policy_checkpoint(ckpt):
         load_hf(model, ckpt["single"])
 
 
+@pytest.mark.slow
 def test_load_into_sharded_model(ckpt):
     """Into a real, randomly initialised model created sharded on a mesh: each parameter keeps
     its sharding, nothing of the init is left, and the logits are the single-device ones."""
@@ -289,6 +291,7 @@ def test_load_into_sharded_model(ckpt):
     np.testing.assert_array_equal(np.asarray(out.routes), np.asarray(ckpt["out"].routes))
 
 
+@pytest.mark.slow
 def test_scanned_model_loads_and_exports_like_the_unrolled_one(tmp_path):
     """scan_layers stores layers 1-3 (one kind, repeated) stacked: loading fills each block
     from its layers' HF tensors, sharded on a mesh with each device holding only its slice, and

@@ -66,6 +66,7 @@ def check_against_full(full, prompt, res):
         assert ((res.routed_experts[:, layer] >= 0) == (layer in full.moe_layers)).all()
 
 
+@pytest.mark.slow
 def test_greedy_equals_naive_full_forward_loop(any_engine, full):
     results = any_engine.generate(PROMPTS[:2], GREEDY)
     for prompt, res in zip(PROMPTS, results):
@@ -77,6 +78,7 @@ def test_greedy_equals_naive_full_forward_loop(any_engine, full):
         check_against_full(full, prompt, res)  # greedy reports log_softmax at T=1
 
 
+@pytest.mark.slow
 def test_sampled_logprobs_and_routes_match_full_forward(any_engine, full):
     params = [SamplingParams(temperature=1.0, max_new_tokens=8, seed=s) for s in range(3)]
     for prompt, res in zip(PROMPTS, any_engine.generate(PROMPTS[:3], params)):
@@ -84,6 +86,7 @@ def test_sampled_logprobs_and_routes_match_full_forward(any_engine, full):
         check_against_full(full, prompt, res)
 
 
+@pytest.mark.slow
 def test_batched_equals_one_by_one(any_engine):
     """5 prompts of lengths 2..11 through 2 slots (continuous batching, two buckets) give the
     same ids, log-probs and routes as each prompt alone."""

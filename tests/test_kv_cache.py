@@ -82,6 +82,7 @@ def generate_like(model, cfg, tokens, prompt_len):
             cache)
 
 
+@pytest.mark.slow
 def test_prefill_then_decode_matches_full_forward(setup):
     cfg, model, tokens, _ = setup
     ref = full_forward(model, tokens)
@@ -200,6 +201,7 @@ def test_jit_decode_step_compiles_once(setup):
     np.testing.assert_array_equal(np.asarray(jnp.concatenate(routes, 1)), np.asarray(ref.routes))
 
 
+@pytest.mark.slow
 def test_bfloat16_compute(setup):
     """bf16 params and compute (prefill + cached decode): runs, float32 logits close-ish to the
     float32 model's, the cache holds bf16."""

@@ -59,6 +59,7 @@ def test_auto_picks_flash_for_long_score_matrices_only():
     assert use_flash("flash", 8, 8) and not use_flash("naive", 65536, 65536)
 
 
+@pytest.mark.slow
 def test_flash_model_equals_naive_on_packed_rows(any_model):
     tokens, pos, seg = packed_rows(any_model.model.cfg.vocab_size)
     outs = {}
@@ -72,6 +73,7 @@ def test_flash_model_equals_naive_on_packed_rows(any_model):
                                   np.asarray(outs["naive"].routes))
 
 
+@pytest.mark.slow
 def test_flash_engine_equals_naive_engine(any_model):
     """Prefill (flash over the cache's keys) and decode give the same greedy ids, log-probs and
     routes as the naive attention."""
@@ -89,6 +91,7 @@ def test_flash_engine_equals_naive_engine(any_model):
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_5_moe"])
+@pytest.mark.slow
 def test_remat_keeps_loss_and_gradients(family):
     base = tiny_causal_lm(family)
     tokens, pos, seg = packed_rows(base.model.cfg.vocab_size)
@@ -112,6 +115,7 @@ def test_remat_keeps_loss_and_gradients(family):
     assert remat_calls(variant(base, remat=False)) == 0
 
 
+@pytest.mark.slow
 def test_moe_token_chunks_leave_the_model_unchanged(any_model):
     """The expert FFN over 16 tokens at a time (moe_token_chunk; 160 tokens, the last chunk
     padded) gives the one-pass model's logits and routes."""
@@ -132,6 +136,7 @@ def deeper(family: str, layers: int):
     return CausalLM(cfg.replace(**changes), nnx.Rngs(1))
 
 
+@pytest.mark.slow
 def test_scan_plan_finds_the_repeating_block():
     """Qwen3 with its dense layer 0: a scan of 1-layer blocks from layer 1; Qwen3.5: blocks of
     three linear-attention layers and one full; one block alone does not repeat."""
@@ -142,6 +147,7 @@ def test_scan_plan_finds_the_repeating_block():
     assert scan_plan(deeper("qwen3_moe", 4).model.cfg) == (4, 0)  # scan_layers off
 
 
+@pytest.mark.slow
 def test_scanned_layers_are_stored_stacked():
     """scan_layers stores each block position's parameters once, stacked over the repeats (no
     per-layer copies), each laid out like its layer with the leading axis unsplit; the engine's
@@ -173,6 +179,7 @@ def test_scanned_layers_are_stored_stacked():
 
 @pytest.mark.parametrize("family,layers,remat", [("qwen3_moe", 4, False), ("qwen3_moe", 4, True),
                                                  ("qwen3_5_moe", 8, True)])  # remat: as configs run
+@pytest.mark.slow
 def test_scanned_layers_equal_unrolled_layers(family, layers, remat):
     """Loss, every gradient, the routes used and the router's own, and the aux loss are the
     unrolled model's, free and with replayed (R3) routes; the scan really is one loop."""
@@ -221,6 +228,7 @@ def test_scanned_layers_equal_unrolled_layers(family, layers, remat):
 
 @pytest.mark.parametrize("family,layers,scan", [("qwen3_moe", 4, True), ("qwen3_5_moe", 8, True),
                                                 ("qwen3_5_moe", 4, False)])
+@pytest.mark.slow
 def test_offloaded_layer_inputs_change_nothing(family, layers, scan):
     """offload_layer_inputs keeps each layer's saved input in host memory (pinned_host) between
     the passes: loss and gradients are remat's, scanned or unrolled, and the program really

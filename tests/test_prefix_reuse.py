@@ -39,6 +39,7 @@ def assert_same(got, want):
     assert got.finish_reason == want.finish_reason
 
 
+@pytest.mark.slow
 def test_three_turn_episode_matches_full_prefill(any_model):
     """Two episodes side by side (greedy and sampled), three turns each: every turn after the
     first reuses its session's row (all but the never-fed last output id) and changes nothing."""
@@ -60,6 +61,7 @@ def test_three_turn_episode_matches_full_prefill(any_model):
     assert plain.stats["session_hits"] == plain.stats["reused_tokens"] == 0
 
 
+@pytest.mark.slow
 def test_prompts_that_do_not_extend_the_retained_tokens(any_model):
     """A prompt diverging at once is a full prefill; one diverging midway reuses the common
     prefix; one that is a prefix of the retained tokens re-prefills only its last token. With

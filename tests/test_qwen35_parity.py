@@ -85,6 +85,7 @@ def test_layout_matches_hf(setup):
 
 
 @pytest.mark.parametrize("seq", [12, 70])  # 70: more than one 64-token chunk
+@pytest.mark.slow
 def test_logits_and_routes_match_hf(setup, seq):
     hf, cfg, model = setup
     tokens = tokens_for(cfg, seq=seq)
@@ -98,6 +99,7 @@ def test_logits_and_routes_match_hf(setup, seq):
     assert len({tuple(sorted(r)) for r in first}) > 1  # routing is not trivial
 
 
+@pytest.mark.slow
 def test_padding_and_packing(setup):
     """A right-padded row equals the unpadded row (and HF with an attention mask); two samples
     packed in one row give each sample's own logits: no state or conv leaks across segments."""
@@ -131,6 +133,7 @@ def test_padding_and_packing(setup):
     np.testing.assert_array_equal(np.asarray(out.routes[0, a:]), np.asarray(ref.routes[1, :b]))
 
 
+@pytest.mark.slow
 def test_cached_decode_matches_full_forward(setup):
     """Prefill a prompt (right-padded in a batch with rows of other lengths), then decode token
     by token through the cache: every step's logits equal the full forward's at that position,
@@ -164,6 +167,7 @@ def test_cached_decode_matches_full_forward(setup):
     np.testing.assert_array_equal(np.asarray(cache.lengths), [seq, seq])
 
 
+@pytest.mark.slow
 def test_export_round_trip_loads_in_transformers(setup, tmp_path):
     """export_hf's CausalLM layout loads in transformers with no missing or unexpected tensors
     and the same logits; its Hub layout (what SGLang serves: the text model under
@@ -191,6 +195,7 @@ def test_export_round_trip_loads_in_transformers(setup, tmp_path):
                                   np.asarray(run(model, tokens).logits))
 
 
+@pytest.mark.slow
 def test_value_model_and_replay(setup):
     """The critic runs the same hybrid backbone; replaying recorded routes (R3) reproduces the
     logits exactly, and forcing other experts changes them."""

@@ -70,6 +70,7 @@ def rolled(routes, cfg):
     return np.where(routes >= 0, (routes + 1) % cfg.num_experts, -1).astype(np.int32)
 
 
+@pytest.mark.slow
 def test_replaying_own_routes_is_identity(setup):
     _, cfg, model, tokens = setup
     out = free(model, tokens, cfg)
@@ -121,6 +122,7 @@ def _value_and_grad(graphdef, rest, tokens):
     return jax.jit(jax.value_and_grad(loss))
 
 
+@pytest.mark.slow
 def test_router_gets_gradient_under_replay(setup):
     _, cfg, model, tokens = setup
     tokens = jnp.asarray(tokens)
@@ -198,6 +200,7 @@ def _moe(normalize, seed=0, dim=16, hidden=8, experts=6, k=2):
 
 
 @pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.slow
 def test_replay_weights_are_live_softmax_over_selected(normalize):
     moe, x = _moe(normalize)
     e, k = moe.router.shape[1], moe.top_k

@@ -119,6 +119,7 @@ def assert_same(a, b):
     np.testing.assert_array_equal(a.routed_experts, b.routed_experts)
 
 
+@pytest.mark.slow
 def test_http_results_equal_in_process_engine(client, engine, servers):
     want = engine.generate(PROMPTS, GREEDY)
     for url, _ in servers:
@@ -134,6 +135,7 @@ def test_http_results_equal_in_process_engine(client, engine, servers):
     assert_same(client.generate(PROMPTS[0], seeded), engine.generate([PROMPTS[0]], seeded)[0])
 
 
+@pytest.mark.slow
 def test_batched_input_ids_and_sglang_format(servers, engine):
     url = servers[0][0]
     status, out = post(url + "/generate", {
@@ -211,6 +213,7 @@ def test_publish_weights_reaches_both_servers(client, servers, engine, tmp_path)
         assert_same(got, want)
 
 
+@pytest.mark.slow
 def test_failover_when_a_server_dies_mid_run(client, servers, engine, tmp_path):
     """Eight long requests all routed to one server, killed once its first results are back:
     the rest are re-issued whole to the other, and every result is complete and the

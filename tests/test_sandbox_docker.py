@@ -102,6 +102,7 @@ def test_timeout_kills_the_process_group_and_keeps_the_shell(sandbox):
     assert partial.timed_out and partial.output.startswith("started\n")  # not lost in the kill
 
 
+@pytest.mark.slow
 def test_builtin_infinite_loop_replaces_the_shell(sandbox):
     sandbox.exec("cd /opt")
     result = sandbox.exec("while :; do :; done", timeout=1)
@@ -210,6 +211,7 @@ def test_memory_hog_is_killed(client, make, runtime):
     assert container_gone(client, name)
 
 
+@pytest.mark.slow
 def test_disk_filler_hits_the_storage_quota(client, make):
     with make(storage_mb=64) as sb:
         name = sb.container.name
@@ -252,6 +254,7 @@ def test_background_sleep_left_behind_is_reclaimed(client, make):
     assert container_gone(client, name)
 
 
+@pytest.mark.slow
 def test_host_files_are_invisible(sandbox, tmp_path):
     secret = tmp_path / f"host-secret-{uuid.uuid4().hex}"
     secret.write_text("do not read")

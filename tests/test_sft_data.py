@@ -124,6 +124,7 @@ def test_split_rejects_broken_script():
         split_solution("echo a\nif true; then\n  echo b\n", "task x: solve.sh")
 
 
+@pytest.mark.slow
 def test_every_seed_solution_splits(pool):
     for task in pool.values():
         cmds, why = oracle_commands(task)
@@ -181,6 +182,7 @@ def check_sample(sample, task, tok):
     assert not sample.rollout_logprobs.any()
 
 
+@pytest.mark.slow
 def test_oracle_episode_real_sandbox(tok, pool, env):
     """The agent loop itself with the OracleEngine (TITO audit checked), then oracle_samples."""
     backend, run_id = env

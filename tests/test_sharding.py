@@ -99,6 +99,7 @@ def sharded_model(shape, cfg=CFG):
 
 
 @pytest.mark.parametrize("shape", MESHES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.slow
 def test_sharded_forward_matches_single_device(shape):
     cfg = CFG
     mesh, graphdef, state = sharded_model(shape)
@@ -135,6 +136,7 @@ def reference_forward(graphdef, state, tokens):
     return _REFERENCE["fn"](on_one_device(state), tokens)
 
 
+@pytest.mark.slow
 def test_sharded_init_does_not_depend_on_the_mesh():
     """create_sharded draws the same parameters whatever the mesh (partitionable RNG)."""
     _, _, first = sharded_model(MESHES[0])
@@ -174,6 +176,7 @@ def test_expert_weights_split_over_expert_axis(shape):
 
 # -- fsdp: nothing big is replicated ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_fsdp_leaves_no_large_param_replicated(shape=(2, 2, 2, 1)):
     # embedding / lm_head 4096x128 f32 = 2 MiB; experts 8x128x512 f32 = 2 MiB; dense MLP 2 MiB
     cfg = tiny_config(vocab_size=4096, hidden_size=128, intermediate_size=4096,
@@ -196,6 +199,7 @@ def test_fsdp_leaves_no_large_param_replicated(shape=(2, 2, 2, 1)):
 
 # -- gradients -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sharded_grad_matches_unsharded():
     check_sharded_grads(CFG, (2, 2, 2, 1), seed=2)  # reuses the forward test's model
 
@@ -251,6 +255,7 @@ def hybrid_config():
         head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16, tie_word_embeddings=False)
 
 
+@pytest.mark.slow
 def test_hybrid_sharded_forward_and_grad_match_single_device(shape=(2, 1, 2, 2)):
     """Qwen3.5 (linear heads and attention heads on `tensor`, experts on `expert`): the sharded
     forward and gradients equal one device's."""
@@ -263,6 +268,7 @@ def test_hybrid_sharded_forward_and_grad_match_single_device(shape=(2, 1, 2, 2))
     assert float(np.max(np.abs(np.asarray(a_log.get_value())))) > 0  # the decay is trained
 
 
+@pytest.mark.slow
 def test_scanned_layers_shard_and_differentiate_like_unrolled_ones():
     """scan_layers: each stacked parameter keeps its layer's layout (the new leading axis
     unsplit), and the sharded gradients equal one device's: Qwen3 scanned from layer 1, and
@@ -277,6 +283,7 @@ def test_scanned_layers_shard_and_differentiate_like_unrolled_ones():
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 2, 1), (1, 1, 4, 2)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.slow
 def test_expert_parallel_token_gather_matches_single_device(shape):
     """moe_sharding="gather_tokens": experts stay on their expert-axis device, tokens travel;
     the forward, routes and gradients equal one device's (experts split 2 and 4 ways, the
@@ -302,6 +309,7 @@ def test_expert_parallel_token_gather_matches_single_device(shape):
     ((1, 1, 4, 2), 36, 8, P("expert", None)),  # 9 tokens per device in chunks of 2, padded;
     # FFN width split over tensor
 ], ids=["rows-replicated-over-expert", "chunked-exchange", "chunked-exchange-padded"])
+@pytest.mark.slow
 def test_expert_parallel_ffn_equals_the_plain_one(mesh_shape, t, chunk, rows):
     """gather_tokens straight on the expert FFN: rows that do not divide the expert axis stay
     whole on every device (each runs its own experts on them, partial outputs summed); rows

@@ -43,6 +43,7 @@ def recorded(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_warmup_critic_only_then_ppo(recorded, tmp_path):
     warm = make_trainer()
     actor_before = host(warm.state.actor)
@@ -65,6 +66,7 @@ def test_warmup_critic_only_then_ppo(recorded, tmp_path):
     assert np.isfinite(metrics["critic/explained_variance"])
 
 
+@pytest.mark.slow
 def test_sft_then_actor_only(recorded, tmp_path):
     sft = make_trainer()
     data = loop.RecordedRollouts(recorded).collect(0)
@@ -107,6 +109,7 @@ class Recording(loop.RecordedRollouts):
         return super().collect(step)
 
 
+@pytest.mark.slow
 def test_schedules(recorded, tmp_path):
     params = {}
     for schedule in ("sync", "one_step_off"):
@@ -123,6 +126,7 @@ def test_schedules(recorded, tmp_path):
     assert_tree_equal(params["sync"], params["one_step_off"])  # same recorded data
 
 
+@pytest.mark.slow
 def test_actor_from_hugging_face_dir(tmp_path):
     from t1jax.model.hf_io import export_hf
     source = make_trainer(seed=7)

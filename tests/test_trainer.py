@@ -139,6 +139,7 @@ def with_trained_head(trainer, seed=0):
     return trainer
 
 
+@pytest.mark.slow
 def test_fresh_critic_predicts_zero_everywhere():
     batch = packed_batch(make_samples(0)).batch
     trainer = Trainer(CFG, SETTINGS, sharding.make_mesh(devices=jax.devices()[:1]), seed=3)
@@ -171,6 +172,7 @@ def single(first_step):
 # -- sharded == unsharded ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sharded_step_equals_single_device_step(first_step):
     f = first_step
     # same init
@@ -294,6 +296,7 @@ def variant(first_step):
     return Trainer(CFG, s, first_step["t1"].mesh, seed=0)
 
 
+@pytest.mark.slow
 def test_replay_of_other_experts(single, variant):
     """Rollout routes = the free top-k rolled by one expert (never the same set); rollout
     log-probs = the free forward's. Replay (r3=True) changes the log-probs; free routing
@@ -347,12 +350,15 @@ def test_switches_run_and_report(first_step, variant):
     assert ref0.keys() == ref1.keys()
     for p in ref0:
         np.testing.assert_array_equal(ref0[p], ref1[p], err_msg=str(p))
-    assert m["actor/kl_to_reference"] != 0.0  # the actor has moved away from it
+    # the actor has moved away from it: the next step sees a positive KL (the first step of a
+    # fresh trainer computes it at the reference itself, so it holds whichever test ran before)
+    assert variant.ppo_step(packed.batch)["actor/kl_to_reference"] != 0.0
 
 
 # -- critic_step, sft_step -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_critic_step_trains_only_the_critic(single):
     samples = make_samples(5)
     actor0, critic0 = flat(host(single.state.actor)), flat(host(single.state.critic))
@@ -365,6 +371,7 @@ def test_critic_step_trains_only_the_critic(single):
     assert m["trials"] == len(samples)
 
 
+@pytest.mark.slow
 def test_sft_step_lowers_nll_and_leaves_the_critic(single):
     samples = make_samples(6, lengths=[30, 40, 25, 50])
     critic0 = flat(host(single.state.critic))
@@ -376,6 +383,7 @@ def test_sft_step_lowers_nll_and_leaves_the_critic(single):
     assert len([k for k in single._compiled if k[0] == "sft"]) == 1
 
 
+@pytest.mark.slow
 def test_scanned_layers_train_like_unrolled_ones(fast):
     """scan_layers (the repeating layers stored stacked, one array per block position): from the
     same seed, one PPO step (critic and actor, replayed routes, clip, Adam) gives every layer's
@@ -409,6 +417,7 @@ def test_scanned_layers_train_like_unrolled_ones(fast):
 # -- init, compile reuse -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_critic_warm_started_from_actor():
     trainer = Trainer(CFG, SETTINGS, sharding.make_mesh(devices=jax.devices()[:1]), seed=0)
     actor, critic = flat(host(trainer.state.actor)), flat(host(trainer.state.critic))
@@ -451,6 +460,7 @@ def test_host_batch_and_sample_list_share_one_compile(single):
     assert _ppo_cache_size(single) == 1
 
 
+@pytest.mark.slow
 def test_hybrid_qwen35_ppo_step_with_zero_gap(fast):
     """The trainer on the hybrid Qwen3.5 model (every layer MoE, linear-attention layers over
     packed rows): rollout log-probs and routes from the same weights give a zero log-prob gap
@@ -488,6 +498,7 @@ def test_hybrid_qwen35_ppo_step_with_zero_gap(fast):
 # -- long rows: the vocabulary reduced in chunks -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_chunked_logits_step_equals_full_logits_step(first_step):
     """rl.logits_chunk below the row length: the actor never builds [rows, length, vocab] logits
     (t1jax.rl.token_stats), and the PPO step's update and metrics equal the full-logits step's;
@@ -509,6 +520,7 @@ def test_chunked_logits_step_equals_full_logits_step(first_step):
     assert np.isfinite(sft["sft/nll"]) and 0.0 <= sft["sft/token_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_value_head_init_zeros_by_default_and_uniform_like_torch_linear_on_request():
     mesh = sharding.make_mesh(data=2, fsdp=2, expert=2)
     zeros = Trainer(CFG, SETTINGS, mesh, seed=0).state.critic
@@ -528,6 +540,7 @@ def test_value_head_init_zeros_by_default_and_uniform_like_torch_linear_on_reque
         Settings.from_config({"value_head_init": "normal"})
 
 
+@pytest.mark.slow
 def test_a_trial_split_over_rows_gets_the_values_and_advantages_of_one_row(single):
     """A multi-chunk trial too long for a row is cut into rows of whole chunks: the real critic
     gives every sampled token the value it gets with the trial in one row (attention stays in

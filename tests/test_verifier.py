@@ -380,6 +380,7 @@ def test_official_tb2_script_offline_failure_is_reported(official_script_report)
     assert official_script_report.error
 
 
+@pytest.mark.slow
 def test_offline_mode_runs_tb2_tests_with_image_pytest(docker_backend, built, official_task):
     report = episode(docker_backend, built, official_task, actions=["echo hello > hello.txt"],
                      mode="offline")
@@ -393,6 +394,7 @@ def test_offline_mode_runs_tb2_tests_with_image_pytest(docker_backend, built, of
     assert (report.passed, report.total) == (0, 2) and not report.solved
 
 
+@pytest.mark.slow
 def test_binary_only_verifier_falls_back_to_binary_reward(docker_backend, built, tmp_path):
     task = load_task(write_tb2(tmp_path, "binary-only", test_sh=(
         "#!/bin/bash\nmkdir -p /logs/verifier\n"
@@ -430,6 +432,7 @@ echo 0 > /logs/verifier/reward.txt
     assert not report.solved
 
 
+@pytest.mark.slow
 def test_verifier_timeout(docker_backend, built, tmp_path):
     task = load_task(write_tb2(tmp_path, "slow-verifier", verifier_timeout=2,
                                test_sh="#!/bin/bash\nsleep 100\necho 1 > /logs/verifier/reward.txt\n"))
@@ -474,6 +477,7 @@ python3 -m pytest $TEST_DIR/test_outputs.py -rA
 """
 
 
+@pytest.mark.slow
 def test_tb1_oracle_is_solved_with_per_assertion_results(docker_backend, built, tmp_path):
     task = load_task(write_tb1(tmp_path, "legacy-hello", TB1_RUN_TESTS_JUNIT))
     assert task.layout == "tb1" and task.solution_script is not None
