@@ -12,8 +12,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # One compile per program per machine: JAX's persistent compilation cache, outside the checkout,
 # shared by every test, both xdist workers and every job a test starts (run.py inherits the
 # environment). The cache keys on the program, XLA flags and jaxlib, so a hit is the executable
-# the compile would have produced. Only compiles over JAX's default 1 s are kept (at 0.3 s the
-# writes cost more than they saved on an empty cache: BENCHMARKS.md, "Test suite"). The size cap
+# the compile would have produced. Only compiles over JAX's default 1 s are kept (0.3 s wrote
+# more entries, and measured slower on an empty cache, within noise: BENCHMARKS.md). The size cap
 # makes JAX lock the folder (filelock), which workers writing the same entry need.
 # T1JAX_JAX_CACHE= (empty) turns it off.
 _JAX_CACHE = os.environ.get("T1JAX_JAX_CACHE", os.path.expanduser("~/.cache/t1jax/jax-tests"))
