@@ -16,11 +16,7 @@ import os
 
 import pytest
 
-from test_aot_tpu import TPU_PYTHON, check_steps, run_check
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not TPU_PYTHON.exists(), reason="no .venv-tpu (libtpu): bash scripts/test.sh installs it "
-    "from requirements-tpu.txt; T1JAX_SKIP_TPU_AOT=1 turns that off")]
+from test_aot_tpu import check_steps, pytestmark, run_check  # noqa: F401 (slow, needs .venv-tpu)
 
 # name: (run config, model config or None, topology, mesh data,fsdp,expert,tensor, steps,
 #        steps CI compiles by default: the actor step, the larger train step)
