@@ -36,6 +36,9 @@ SHM_BYTES = 64 * 2**20  # /dev/shm (tmpfs; its pages also count against the memo
 # btrfs counts the image's blocks in a container's qgroup, a little over the image's nominal
 # size (565 MiB for a 540 MiB image here), so the cap is storage + image * 1.1 + slack.
 BTRFS_IMAGE_FACTOR, BTRFS_SLACK_BYTES = 1.1, 32 * 2**20
+SIZE_ATTEMPTS = 4  # a btrfs daemon at times answers SizeRw -1 (it could not count) for a moment
+QUOTA_PROBE = ("head -c 1048576 /dev/zero > /.t1jax-quota-probe; code=$?; "
+               "rm -f /.t1jax-quota-probe; exit $code")
 
 
 _DAEMON_FACTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> facts
@@ -297,14 +300,28 @@ class DockerSandbox(ShellSandbox):
     def _kill_helper(self, args: list[str]) -> None:
         self._root_exec(["/bin/sh", "-c", KILL_SCRIPT, "kill-helper", *args])
 
+    def _at_kernel_cap(self) -> bool:
+        """A 1 MiB probe write as root fails with EDQUOT: the btrfs qgroup is full."""
+        if storage_enforcement(self.client) != "kernel":
+            return False
+        code, output = self.container.exec_run(["/bin/sh", "-c", QUOTA_PROBE], user="root")
+        return code != 0 and b"quota" in output.lower()
+
     def disk_usage_bytes(self) -> int | None:
         """Bytes the sandbox wrote: its overlay upper layer where we can read it (local root),
         else the daemon's SizeRw (btrfs, remote daemons; apparent sizes, so a sparse file counts
         in full)."""
         if self._upperdir is None:
-            found = self.client.api.containers(all=True, size=True,
-                                               filters={"id": self.container.id})
-            return int(found[0].get("SizeRw") or 0) if found else None
+            for attempt in range(SIZE_ATTEMPTS):  # -1: the daemon failed to count this time
+                found = self.client.api.containers(all=True, size=True,
+                                                   filters={"id": self.container.id})
+                if not found:
+                    return None
+                size = int(found[0].get("SizeRw") or 0)
+                if size >= 0:
+                    return size
+                time.sleep(0.2 * (attempt + 1))
+            return None
         total = 0
         for root, _, files in os.walk(self._upperdir):
             for name in files:

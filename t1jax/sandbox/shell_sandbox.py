@@ -41,6 +41,11 @@ class ShellSandbox:
         """Bytes the sandbox has on its writable layer; None where that is not visible."""
         raise NotImplementedError
 
+    def _at_kernel_cap(self) -> bool:
+        """Whether the kernel refuses the sandbox's writes for its quota right now (a daemon
+        that caps writes itself); False where nothing but the watchdog enforces the quota."""
+        return False
+
     def _stopped(self) -> bool:
         """Whether every process of the sandbox is gone while its shell stream stays open
         (gVisor keeps a `docker exec` stream open after `kill -9 -1` stops the container);
@@ -72,7 +77,7 @@ class ShellSandbox:
         hit_file_cap = result.exit_code == 128 + signal.SIGXFSZ
         disk_full = any(text in result.output for text in DISK_FULL)
         self._check_storage(force=result.timed_out or result.exit_code is None or hit_file_cap
-                            or disk_full)
+                            or disk_full, disk_full=disk_full)
         self.output_bytes += result.output_bytes
         if self.output_bytes > self.limits.episode_output_bytes:
             raise OutputBudgetExceeded(
@@ -104,9 +109,18 @@ class ShellSandbox:
                     "(task [environment] storage_mb)")
         return None
 
-    def _check_storage(self, force: bool = False) -> None:
+    def _check_storage(self, force: bool = False, disk_full: bool = False) -> None:
         if force:
             self._last_check = 0.0
         violation = self._storage_violation()
+        if not violation and disk_full and self._at_kernel_cap():
+            # the kernel's count (btrfs qgroup) binds even where the daemon's count of the
+            # written bytes is still under the quota: the sandbox cannot write any more
+            used = self.disk_usage_bytes()
+            counted = ("the daemon could not count what it wrote" if used is None else
+                       f"the daemon counts {(used - self._baseline) / 2**20:.0f} MiB written")
+            violation = (f"sandbox {self.name} reached the kernel cap on its writes, its storage "
+                         f"quota of {self.limits.storage_mb} MiB (task [environment] storage_mb; "
+                         f"{counted})")
         if violation:
             raise StorageQuotaExceeded(violation)
