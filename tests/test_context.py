@@ -394,11 +394,17 @@ def test_real_engine_chunks_replay_exactly_in_the_trainer_forward(tok, task, sha
     reward_reaches_every_chunk(traj)
     tokens, mask = np.asarray(traj.tokens), np.asarray(traj.loss_mask)
     logprobs = np.asarray(traj.logprobs)
+    forward = nnx.jit(lambda m, ids, pos, seg: jax.nn.log_softmax(
+        m(ids, pos, seg).logits.astype(jnp.float32), axis=-1))
     for start, end in chunks(traj):
-        ids = jnp.asarray(tokens[None, start:end])
-        logits = model(ids, jnp.arange(end - start)[None]).logits[0].astype(jnp.float32)
-        lp = jax.nn.log_softmax(logits, axis=-1)[:-1]
-        mine = np.asarray(jnp.take_along_axis(lp, ids[0, 1:, None], axis=-1)[:, 0])
+        # one compile for every chunk: each is padded to the budget as a segment of its own
+        n = end - start
+        ids = np.zeros((1, budget), np.int32)
+        ids[0, :n] = tokens[start:end]
+        seg = (np.arange(budget) >= n).astype(np.int32)[None] + 1
+        lp = forward(model, jnp.asarray(ids), jnp.arange(budget)[None], jnp.asarray(seg))[0]
+        mine = np.asarray(jnp.take_along_axis(lp[:n - 1], jnp.asarray(ids[0, 1:n, None]),
+                                              axis=-1)[:, 0])
         sampled = mask[start + 1:end] > 0
         assert sampled.any()
         np.testing.assert_allclose(mine[sampled], logprobs[start + 1:end][sampled], atol=2e-4)
@@ -407,11 +413,10 @@ def test_real_engine_chunks_replay_exactly_in_the_trainer_forward(tok, task, sha
                     chunk_starts=traj.chunk_starts)
     batch = pack([sample], buckets=[1 << int(np.ceil(np.log2(len(tokens))))],
                  num_layers=cfg.num_hidden_layers, top_k=cfg.num_experts_per_tok).batch
-    logits = model(jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
-                   jnp.asarray(batch.segment_ids)).logits[0].astype(jnp.float32)
     row = jnp.asarray(batch.tokens[0])
-    packed = np.asarray(jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1)[:-1],
-                                            row[1:, None], axis=-1)[:, 0])
+    packed = np.asarray(jnp.take_along_axis(
+        forward(model, jnp.asarray(batch.tokens), jnp.asarray(batch.positions),
+                jnp.asarray(batch.segment_ids))[0, :-1], row[1:, None], axis=-1)[:, 0])
     trained = batch.loss_mask[0, 1:] > 0
     assert trained.sum() == mask.sum()  # no chunk starts on a sampled id here
     np.testing.assert_allclose(packed[trained], batch.rollout_logprobs[0, 1:][trained], atol=2e-4)
@@ -421,9 +426,9 @@ def test_real_engine_chunks_replay_exactly_in_the_trainer_forward(tok, task, sha
                 num_layers=cfg.num_hidden_layers, top_k=cfg.num_experts_per_tok)
     b = rows.batch
     assert len(rows.placements) > 1 and int(b.loss_mask.sum()) == int(mask.sum())
-    logits = model(jnp.asarray(b.tokens), jnp.asarray(b.positions),
-                   jnp.asarray(b.segment_ids)).logits.astype(jnp.float32)
-    lp = np.asarray(jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1)[:, :-1],
-                                        jnp.asarray(b.tokens)[:, 1:, None], axis=-1)[..., 0])
+    lp = np.asarray(jnp.take_along_axis(
+        forward(model, jnp.asarray(b.tokens), jnp.asarray(b.positions),
+                jnp.asarray(b.segment_ids))[:, :-1], jnp.asarray(b.tokens)[:, 1:, None],
+        axis=-1)[..., 0])
     trained = b.loss_mask[:, 1:] > 0
     np.testing.assert_allclose(lp[trained], b.rollout_logprobs[:, 1:][trained], atol=2e-4)
