@@ -76,6 +76,12 @@ def finalized_steps(directory) -> list[int]:
     return sorted(ocp.path.step.checkpoint_steps(directory))
 
 
+def has_checkpoint(directory) -> bool:
+    """Whether ``directory`` holds a finished step: the test a phase uses to decide between
+    resuming and starting from its predecessor (a folder, or a save cut short, is not one)."""
+    return bool(finalized_steps(directory))
+
+
 def _wrap(tree):
     return {_LEAF_KEY: tree} if jax.tree_util.treedef_is_leaf(jax.tree.structure(tree)) else tree
 

@@ -20,7 +20,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from t1jax import sharding
-from t1jax.checkpoint import Checkpointer, abstract_like, finalized_steps
+from t1jax.checkpoint import Checkpointer, abstract_like, finalized_steps, has_checkpoint
 from t1jax.model.config import model_config_from
 from t1jax.model.transformer import CausalLM
 
@@ -291,6 +291,19 @@ def test_an_unfinalized_newer_step_is_ignored(tmp_path):
         np.testing.assert_array_equal(restored["actor"]["w"], np.arange(4.0))
         with pytest.raises(FileNotFoundError, match="step 2"):
             ckpt.restore(abstract_like(state), step=2)
+
+
+def test_has_checkpoint_means_a_finished_step_not_a_folder(tmp_path):
+    """What a phase asks before choosing between resuming and starting from its predecessor:
+    a manager creates the folder before any step is saved, and a kill leaves a temporary one."""
+    directory = tmp_path / "checkpoints"
+    assert not has_checkpoint(directory)
+    Checkpointer(directory).close()
+    assert directory.is_dir() and not has_checkpoint(directory)
+    (directory / ("1" + TMP_SUFFIX) / "actor").mkdir(parents=True)
+    assert not has_checkpoint(directory)
+    saved(directory, state={"actor": {"w": jnp.arange(4.0)}}, steps=(2,))
+    assert has_checkpoint(directory)
 
 
 def test_a_save_in_flight_is_not_the_latest_step(tmp_path):

@@ -65,6 +65,19 @@ def test_warmup_critic_only_then_ppo(recorded, tmp_path):
     metrics = ppo.ppo_step(loop.RecordedRollouts(recorded).collect(0))
     assert np.isfinite(metrics["critic/explained_variance"])
 
+    # a resumed warm-up samples from the restored actor: the engines get it before any
+    # rollout (they were built from the new process's random one)
+    class Publishing(loop.RecordedRollouts):
+        def publish(self, trainer, version):
+            super().publish(trainer, version)
+            self.actors = [*getattr(self, "actors", []), host(trainer.state.actor)]
+
+    resumed, source = make_trainer(seed=1), Publishing(recorded)
+    loop.run(resumed, source, tmp_path / "warmup", loop.LoopOptions(steps=3,
+                                                                   stage="critic_warmup"))
+    assert source.published == ["2"]
+    assert_tree_equal(source.actors[0], actor_before)
+
 
 @pytest.mark.slow
 def test_sft_then_actor_only(recorded, tmp_path):

@@ -218,7 +218,8 @@ class Recipe:
         loop.run(trainer, loop.DatasetBatches(load_samples(data), self.config.sft.batch_size,
                                               self.config.seed), out,
                  loop.LoopOptions(steps=self.config.sft.steps, stage="sft",
-                                  checkpoint_every=self.config.sft.steps),
+                                  checkpoint_every=min(self.config.sft.checkpoint_every,
+                                                       self.config.sft.steps)),
                  progress=self.step_bar("SFT", self.config.sft.steps, "sft/nll"))
         _mark(out)
 
@@ -229,12 +230,13 @@ class Recipe:
                            system_prompt=self.config.agent.system_prompt)
 
     def warmup(self) -> None:
+        from t1jax.checkpoint import has_checkpoint
         from t1jax.rl import loop
         out = self.workdir / "warmup"
         if _done(out) or self.config.warmup.steps <= 0:
             return
         trainer = self.trainer("critic_warmup")
-        if not (out / "checkpoints").is_dir():
+        if not has_checkpoint(out / "checkpoints"):  # a killed first step: start over
             loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
         loop.run(trainer, self._live(trainer, out), out,
                  loop.LoopOptions(steps=self.config.warmup.steps, stage="critic_warmup"),
@@ -243,12 +245,13 @@ class Recipe:
         _mark(out)
 
     def ppo(self) -> None:
+        from t1jax.checkpoint import has_checkpoint
         from t1jax.rl import loop
         out = self.workdir / "ppo"
         if _done(out):
             return
         trainer = self.trainer("ppo")
-        if not (out / "checkpoints").is_dir():
+        if not has_checkpoint(out / "checkpoints"):  # a killed first step: start over
             loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
             if self.config.warmup.steps > 0:
                 loop.load_critic_only(trainer, self.workdir / "warmup" / "checkpoints")
@@ -293,7 +296,7 @@ class Recipe:
     def final_evals(self) -> None:
         from flax import nnx
 
-        from t1jax.checkpoint import Checkpointer, abstract_like
+        from t1jax.checkpoint import Checkpointer, abstract_like, has_checkpoint
         from t1jax.model.config import model_config_from
         from t1jax.model.transformer import CausalLM
         cfg = model_config_from(self.config.model)
@@ -302,7 +305,7 @@ class Recipe:
         graphdef, params = nnx.split(base, nnx.Param)
         for label, stage in (("sft", "sft"), ("ppo", "ppo")):
             ckpt = self.workdir / stage / "checkpoints"
-            if not ckpt.is_dir():
+            if not has_checkpoint(ckpt):
                 continue
             with Checkpointer(ckpt, async_save=False) as source:
                 actor = source.restore_items({"actor": abstract_like(params)})["actor"]

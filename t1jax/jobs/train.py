@@ -143,6 +143,7 @@ def run(config, workdir: Path) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn, TimeRemainingColumn
 
+    from t1jax.checkpoint import has_checkpoint
     from t1jax.model.config import model_config_from
     from t1jax.rl import loop
     from t1jax.rl.trainer import Trainer
@@ -154,7 +155,7 @@ def run(config, workdir: Path) -> int:
     mesh = mesh_from_config(config.mesh, None if devices is None else devices[:n])
     trainer = Trainer(model_config_from(config.model), config.rl, mesh, seed=config.seed,
                       actor_lr=config.sft.lr if config.stage == "sft" else None)
-    fresh = not (workdir / "checkpoints").is_dir()
+    fresh = not has_checkpoint(workdir / "checkpoints")  # a finished step, not a folder
     if config.init.actor and config.init.get("hf_path"):
         raise UsageError("set config.init.actor or config.init.hf_path, not both")
     if fresh and config.init.get("hf_path"):

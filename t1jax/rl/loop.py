@@ -199,8 +199,8 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
             logging.info("resumed from %s at step %d", ckpt_dir, start)
         if start >= options.steps:
             return history
-        if publishes:  # the engines sample from this policy (restored, or loaded from SFT)
-            source.publish(trainer, str(start))
+        if options.stage != "sft":  # the engines sample from this policy (restored, or
+            source.publish(trainer, str(start))  # loaded from SFT): Warm-Up's too
         # rows are numbered by finished steps (1..), so keep those up to the checkpoint
         with MetricWriter(workdir, resume_step=start + 1) as writer, \
                 concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout") as pool:
