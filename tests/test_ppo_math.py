@@ -4,6 +4,7 @@ and the rl Settings: no model, fast.
 GAE's reference is the textbook recursion run over each trial's sampled tokens in order
 (observations are not MDP steps), with V after a trial's last action = 0."""
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -462,6 +463,12 @@ def test_settings_from_config():
     bad.old_logprobs = "reference"
     with pytest.raises(ValueError, match="old_logprobs"):
         Settings.from_config(bad)
+    bad = rl_config()
+    bad.old_logprobs, bad.tis = "rollout", True  # the double correction
+    with pytest.raises(ValueError, match=r"rl\.tis=True with rl\.old_logprobs='rollout'"):
+        Settings.from_config(bad)
+    with pytest.raises(ValueError, match="twice"):
+        dataclasses.replace(s, old_logprobs="rollout", tis=True)
     for field in ("minibatches", "epochs"):
         bad = rl_config()
         bad[field] = 0

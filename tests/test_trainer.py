@@ -288,9 +288,10 @@ def test_rollout_logprobs_from_the_same_model_give_zero_gap(single):
 @pytest.fixture(scope="module")
 def variant(first_step):
     """Every switch on at once (one compile), built like any trainer (so with its frozen
-    reference): free routing in training, the ratio against the rollout's log-probs, TIS,
+    reference): free routing in training, TIS (with the recomputed old log-probs: TIS on top
+    of a ratio against the rollout's would correct twice, which Settings refuses),
     2 minibatches x 2 epochs, KL loss, entropy and load balancing."""
-    s = dataclasses.replace(SETTINGS, r3=False, old_logprobs="rollout", tis=True, minibatches=2,
+    s = dataclasses.replace(SETTINGS, r3=False, tis=True, minibatches=2,
                             epochs=2, kl_loss_coef=0.1, entropy_coef=0.01,
                             load_balancing_coef=0.01)
     return Trainer(CFG, s, first_step["t1"].mesh, seed=0)

@@ -74,18 +74,27 @@ class Settings:
         unknown = sorted(set(given) - known)
         if unknown:
             raise ValueError(f"unknown rl config fields {unknown}; known: {sorted(known)}")
-        settings = cls(**given)
-        if settings.old_logprobs not in ("recompute", "rollout"):
+        return cls(**given)
+
+    def __post_init__(self):
+        """Checked however the settings are made (from a config, or dataclasses.replace)."""
+        if self.old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"rl.old_logprobs must be 'recompute' or 'rollout', got "
-                             f"{settings.old_logprobs!r}")
-        if settings.reward not in REWARDS:
-            raise ValueError(f"rl.reward must be one of {REWARDS}, got {settings.reward!r}")
-        if settings.value_head_init not in critic_lib.VALUE_HEAD_INITS:
+                             f"{self.old_logprobs!r}")
+        if self.tis and self.old_logprobs == "rollout":
+            raise ValueError(
+                "rl.tis=True with rl.old_logprobs='rollout' corrects for the rollout policy "
+                "twice: the PPO ratio is already taken against the rollout's log-probs, and TIS "
+                "would weight it again by pi_old / pi_rollout. Set rl.tis=False, or "
+                "rl.old_logprobs='recompute' (the ratio against the trainer's pre-update "
+                "policy, TIS for the rollout mismatch)")
+        if self.reward not in REWARDS:
+            raise ValueError(f"rl.reward must be one of {REWARDS}, got {self.reward!r}")
+        if self.value_head_init not in critic_lib.VALUE_HEAD_INITS:
             raise ValueError(f"rl.value_head_init must be one of {critic_lib.VALUE_HEAD_INITS}, "
-                             f"got {settings.value_head_init!r}")
-        if settings.minibatches < 1 or settings.epochs < 1:
+                             f"got {self.value_head_init!r}")
+        if self.minibatches < 1 or self.epochs < 1:
             raise ValueError("rl.minibatches and rl.epochs must be >= 1")
-        return settings
 
     @property
     def uses_reference(self) -> bool:
