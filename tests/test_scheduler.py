@@ -20,6 +20,7 @@ from t1jax.rollout.agent import RolloutError
 from t1jax.rollout.scheduler import (DONE, STOPPED, EpisodeState, RolloutScheduler, TrialRequest,
                                      TrialResult, TrialStopped, episode_trial)
 from t1jax.rollout.tokenizer import train_tokenizer
+from t1jax.sandbox.base import SandboxError
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
 
@@ -231,6 +232,44 @@ def test_episode_trial_batch_two_of_three_carries_the_straggler(docker_backend):
         assert meta["weight_versions"] == ["v0", "v0", "v1", "v1", "v1"]
         assert "partial-42" in tok.decode(sample.tokens.tolist())
         assert meta["carried_steps"] == 1 and carried.state.sandbox is None  # closed
+    finally:
+        docker_backend.reap(run_id)
+
+
+@pytest.mark.parametrize("outage", [SandboxError("the daemon went away"),
+                                    OSError(28, "No space left on device")],
+                         ids=["sandbox", "os"])
+def test_a_verification_outage_drops_the_trial_instead_of_scoring_zero(docker_backend,
+                                                                       monkeypatch, outage):
+    """Two real trials that both solve the task; the first verification cannot run (an
+    outage of ours, injected at the verifier's boundary). That trial FAILS, named, and is
+    dropped and counted; the other is the step's sample. Nothing is trained as reward 0."""
+    from t1jax.rl.loop import LiveRollouts
+    from t1jax.rollout import scheduler as scheduler_lib
+    from t1jax.tasks.sampler import EpochSampler
+    tok, task = train_tokenizer(), load_task(TASK_DIR)
+    run_id = f"test-outage-{uuid.uuid4().hex[:8]}"
+    real_verify, calls = scheduler_lib.verify, []
+
+    def verify(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise outage
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler_lib, "verify", verify)
+    trial = episode_trial(docker_backend, lambda req: Scripted(
+        tok, [render_tool_call(SOLVE), "Done."], "v0"), tok, {task.task_id: task},
+        scale=GlobalScale(5, "test"), run_id=run_id, sampling=SamplingParams(max_new_tokens=256),
+        max_tokens=8192)
+    source = LiveRollouts(RolloutScheduler(trial, max_concurrency=1), [task], EpochSampler(1, 0),
+                          engine=None, batch_size=1, oversample=2.0, carry_over=False)
+    try:
+        (sample,) = source.collect(0)
+        assert sample.reward > 0 and sample.metadata["verifier"]["solved"]
+        assert source.infra_failures == 1 and len(calls) == 2
+        (failed,) = source.last_result.failed
+        assert task.task_id in failed.error and str(outage) in failed.error
     finally:
         docker_backend.reap(run_id)
 

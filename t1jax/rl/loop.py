@@ -74,6 +74,8 @@ class LiveRollouts:
         self._carried: list = []
         self._next_attempt = 0  # unique per trial of the run: (task, attempt) names a sample
         self.last_result = None
+        # trials of the last collect that raised (engine, sandbox or verifier outage): dropped
+        self.infra_failures = 0
 
     def collect(self, step: int):
         from t1jax.rollout.scheduler import TrialRequest
@@ -87,8 +89,9 @@ class LiveRollouts:
                                         carry_over=self.carry_over)
         self._carried = result.carried
         self.last_result = result
+        self.infra_failures = len(result.failed)
         for failed in result.failed:
-            logging.warning("trial failed: %s", failed.error)
+            logging.warning("trial failed (dropped, not trained): %s", failed.error)
         if not result.samples:
             raise RuntimeError(f"step {step}: no trial finished ({len(result.failed)} failed); "
                                "see the warnings above")
@@ -209,6 +212,7 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                 t0 = time.perf_counter()
                 samples = pending.result() if pending is not None else source.collect(step)
                 rollout_wait = time.perf_counter() - t0
+                failures = getattr(source, "infra_failures", 0)  # before the next collect
                 # what a resume after this step must restart from: before any prefetch
                 source_state = source.state_dict()
                 pending = None
@@ -220,6 +224,7 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                 if publishes:
                     source.publish(trainer, str(step + 1))
                 metrics.update({"perf/rollout_wait_s": rollout_wait,
+                                "rollout/infra_failures": failures,
                                 "perf/wall_s": time.perf_counter() - t0,
                                 "weights/version": step + 1})
                 writer.write(step + 1, metrics)

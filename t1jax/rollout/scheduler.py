@@ -29,7 +29,7 @@ import numpy as np
 from t1jax.rollout.agent import RolloutError, run_agent_episode
 from t1jax.rollout.sample import make_sample
 from t1jax.sandbox.backend import SandboxSpec
-from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.sandbox.base import Limits
 from t1jax.tasks.validate import task_limits
 from t1jax.verify.verifier import verify
 
@@ -334,12 +334,10 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
         except BaseException:
             state.close()
             raise
-        try:
-            try:
-                report = verify(task, state.sandbox, backend, scale, mode=verifier_mode,
-                                run_id=run_id, limits=task_limits(task, limits))
-            except (SandboxError, OSError):
-                report = None  # make_sample scores a failed verification 0
+        try:  # a verification that could not run (SandboxError, OSError) raises: the trial
+            # FAILS and is dropped, never trained as reward 0 for an outage of ours
+            report = verify(task, state.sandbox, backend, scale, mode=verifier_mode,
+                            run_id=run_id, limits=task_limits(task, limits))
         finally:
             state.close()
         sample = make_sample(traj, report, task.task_id, request.attempt)
