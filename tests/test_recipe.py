@@ -84,3 +84,20 @@ def test_a_phase_killed_before_its_first_checkpoint_starts_from_its_predecessor(
     assert len(jax.tree.leaves(warm)) == len(jax.tree.leaves(sft)) > 0
     for a, b in zip(jax.tree.leaves(sft), jax.tree.leaves(warm), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_sft_data_a_killed_run_left_half_written_is_made_again(toy_run, tmp_path):
+    """Killed while saving the SFT samples, a run leaves some of them and no COMPLETE marker:
+    the rerun makes the whole set again instead of training on the part."""
+    workdir = tmp_path / "partial"
+    shutil.copytree(toy_run, workdir, symlinks=True)
+    data = workdir / "sft" / "sft_data"
+    names = sorted(p.name for p in data.glob("*.npz"))
+    assert (data / "COMPLETE").is_file() and len(names) >= 2
+    (workdir / "sft" / "DONE").unlink()
+    (data / "COMPLETE").unlink()
+    for path in sorted(data.glob("*.npz"))[len(names) // 2:]:
+        path.unlink()
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=sft")
+    assert sorted(p.name for p in data.glob("*.npz")) == names
+    assert json.loads((data / "COMPLETE").read_text())["samples"] == len(names)

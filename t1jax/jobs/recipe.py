@@ -195,14 +195,14 @@ class Recipe:
 
     def sft(self) -> None:
         from t1jax.rl import loop
-        from t1jax.rl.sft_data import load_samples, oracle_samples, save_samples
+        from t1jax.rl.sft_data import dataset_complete, load_samples, oracle_samples, save_dataset
         from t1jax.tasks import families
         out = self.workdir / "sft"
         if _done(out):
             return
         train, _, backend, tok, scale, limits = self.stack()
         data = out / "sft_data"
-        if not any(data.glob("*.npz")):
+        if not dataset_complete(data):  # never a partial set a killed run left
             trainer_cfg = self.config.model
             samples, skipped = oracle_samples(
                 train, backend, tok, scale, num_layers=trainer_cfg.num_hidden_layers,
@@ -213,7 +213,7 @@ class Recipe:
                 progress=self.count_bar("SFT data: oracle episodes", len(train)))
             for task_id, why in skipped:
                 logging.warning("SFT data: skipped %s: %s", task_id, why)
-            save_samples(samples, data)
+            save_dataset(samples, data, skipped=len(skipped))
         trainer = self.trainer("sft")
         loop.run(trainer, loop.DatasetBatches(load_samples(data), self.config.sft.batch_size,
                                               self.config.seed), out,

@@ -35,11 +35,14 @@ def _check(config) -> None:
 
 def _sft_source(config, trainer, workdir: Path):
     from t1jax.rl.loop import DatasetBatches
-    from t1jax.rl.sft_data import load_samples, oracle_samples, save_samples
-    data_dir = Path(config.sft.data_dir) if config.sft.data_dir else workdir / "sft_data"
-    if not (data_dir.is_dir() and any(data_dir.glob("*.npz"))):
-        if config.sft.data_dir:
+    from t1jax.rl.sft_data import dataset_complete, load_samples, oracle_samples, save_dataset
+    if config.sft.data_dir:  # the user's own samples
+        data_dir = Path(config.sft.data_dir)
+        if not (data_dir.is_dir() and any(data_dir.glob("*.npz"))):
             raise UsageError(f"config.sft.data_dir={data_dir} holds no .npz samples")
+    else:
+        data_dir = workdir / "sft_data"
+    if not config.sft.data_dir and not dataset_complete(data_dir):  # never a killed run's part
         tasks, backend, tok, scale, limits = _task_stack(config)
         samples, skipped = oracle_samples(
             tasks, backend, tok, scale, num_layers=trainer.cfg.num_hidden_layers,
@@ -47,7 +50,7 @@ def _sft_source(config, trainer, workdir: Path):
             limits=limits, max_len=config.rl.max_length)
         for task_id, why in skipped:
             logging.warning("SFT data: skipped %s: %s", task_id, why)
-        save_samples(samples, data_dir)
+        save_dataset(samples, data_dir, skipped=len(skipped))
     return DatasetBatches(load_samples(data_dir), config.sft.batch_size, config.seed)
 
 

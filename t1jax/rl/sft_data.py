@@ -10,8 +10,10 @@ as the loop records them, loss mask 1 on the assistant tokens), so SFT and RL sh
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -409,6 +411,23 @@ def save_samples(samples, directory) -> list[Path]:
             raise
         paths.append(directory / name)
     return paths
+
+
+DATASET_COMPLETE = "COMPLETE"
+
+
+def save_dataset(samples, directory, **info) -> None:
+    """Replace `directory` with `samples` and, written last, a COMPLETE marker (with `info`):
+    a run killed while saving leaves no marker, so its partial set is never trained on."""
+    directory = Path(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    save_samples(samples, directory)
+    (directory / DATASET_COMPLETE).write_text(json.dumps({"samples": len(samples), **info})
+                                              + "\n")
+
+
+def dataset_complete(directory) -> bool:
+    return (Path(directory) / DATASET_COMPLETE).is_file()
 
 
 def load_samples(directory) -> list[Sample]:
