@@ -306,6 +306,7 @@ class Recipe:
         for label, stage in (("sft", "sft"), ("ppo", "ppo")):
             ckpt = self.workdir / stage / "checkpoints"
             if not has_checkpoint(ckpt):
+                logging.warning("eval: no %s row: %s holds no finished checkpoint", label, ckpt)
                 continue
             with Checkpointer(ckpt, async_save=False) as source:
                 actor = source.restore_items({"actor": abstract_like(params)})["actor"]
