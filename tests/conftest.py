@@ -122,17 +122,23 @@ TOY_RECIPE = ["--config.pool.families=write,mkdir", "--config.pool.train_per_fam
               "--config.rollouts.batch_size=2"]
 
 
-def run_toy_recipe(workdir, config="tiny_cpu.py", *extra):
-    """experiments/run.py at toy size (TOY_RECIPE) in `workdir`; fails with the job's output."""
+def run_toy_recipe(workdir, config="tiny_cpu.py", *extra, kill_at=None):
+    """experiments/run.py at toy size (TOY_RECIPE) in `workdir`; fails with the job's output.
+    kill_at: a t1jax.faults point where the job must SIGKILL itself (and does)."""
+    import signal
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "T1JAX_KILL_AT"}
+    if kill_at:
+        env["T1JAX_KILL_AT"] = kill_at
     proc = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "--config",
                            str(root / "configs" / config), "--workdir", str(workdir),
                            *TOY_RECIPE, *extra], cwd=root, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+                          timeout=900, env=env)
+    want = -signal.SIGKILL if kill_at else 0
+    assert proc.returncode == want, (want, proc.stdout[-2000:] + proc.stderr[-4000:])
     return proc
 
 

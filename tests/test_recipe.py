@@ -57,35 +57,6 @@ def test_recipe_runs_every_phase_and_resumes(toy_run, tmp_path):
     assert ablation_timed == ["ppo", "eval"]
 
 
-def saved_actor(checkpoints):
-    """The `actor` item of the newest finished step, as saved."""
-    import orbax.checkpoint as ocp
-
-    from t1jax.checkpoint import finalized_steps
-    step = finalized_steps(checkpoints)[-1]
-    return ocp.StandardCheckpointer().restore((checkpoints / str(step) / "actor").absolute())
-
-
-def test_a_phase_killed_before_its_first_checkpoint_starts_from_its_predecessor(toy_run,
-                                                                                tmp_path):
-    """Killed before its first save finished, a phase leaves a `checkpoints` folder with only
-    Orbax's temporary step in it. The rerun must start from the phase before (for Critic
-    Warm-Up: the SFT actor, which it keeps frozen), not from random weights."""
-    import jax
-    import numpy as np
-    workdir = tmp_path / "killed"
-    shutil.copytree(toy_run, workdir, symlinks=True)
-    shutil.rmtree(workdir / "warmup")
-    (workdir / "warmup" / "checkpoints" / "1.orbax-checkpoint-tmp-1796320285" / "actor").mkdir(
-        parents=True)
-    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=warmup")
-    assert (workdir / "warmup" / "DONE").is_file()
-    sft, warm = (saved_actor(workdir / stage / "checkpoints") for stage in ("sft", "warmup"))
-    assert len(jax.tree.leaves(warm)) == len(jax.tree.leaves(sft)) > 0
-    for a, b in zip(jax.tree.leaves(sft), jax.tree.leaves(warm), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-
-
 def test_sft_data_a_killed_run_left_half_written_is_made_again(toy_run, tmp_path):
     """Killed while saving the SFT samples, a run leaves some of them and no COMPLETE marker:
     the rerun makes the whole set again instead of training on the part."""

@@ -28,7 +28,8 @@ from absl import logging
 from t1jax.checkpoint import Checkpointer, abstract_like
 from t1jax.metrics_log import MetricWriter
 from t1jax.rl import critic as critic_lib
-from t1jax.rl.sft_data import load_samples, save_samples
+from t1jax.faults import kill_point
+from t1jax.rl.sft_data import load_samples, save_dataset
 
 STATE_ITEMS = ("step", "actor", "critic", "actor_opt", "critic_opt", "reference")
 
@@ -96,7 +97,8 @@ class LiveRollouts:
             raise RuntimeError(f"step {step}: no trial finished ({len(result.failed)} failed); "
                                "see the warnings above")
         if self.record_dir is not None:
-            save_samples(result.samples, self.record_dir / f"step_{step:05d}")
+            # the whole step's folder: a rerun of a killed step leaves none of its trials
+            save_dataset(result.samples, self.record_dir / f"step_{step:05d}")
         return result.samples
 
     def publish(self, trainer, version: str) -> None:
@@ -213,12 +215,14 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                 samples = pending.result() if pending is not None else source.collect(step)
                 rollout_wait = time.perf_counter() - t0
                 failures = getattr(source, "infra_failures", 0)  # before the next collect
+                kill_point(options.stage, step + 1, "collected")
                 # what a resume after this step must restart from: before any prefetch
                 source_state = source.state_dict()
                 pending = None
                 if options.schedule == "one_step_off" and step + 1 < options.steps:
                     pending = pool.submit(source.collect, step + 1)
                 metrics = step_fn(samples)
+                kill_point(options.stage, step + 1, "updated")
                 if pending is not None:  # one step off: the next rollouts finish first
                     concurrent.futures.wait([pending])
                 if publishes:
@@ -237,6 +241,7 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                                        "config": json.loads(config_json),
                                        "metrics": {k: v for k, v in metrics.items()
                                                    if isinstance(v, (int, float))}})
+                    kill_point(options.stage, done, "saving")
                 if progress is not None:
                     progress(done, metrics)
         checkpointer.wait()
