@@ -4,9 +4,13 @@ with the same command, as a user would after losing a machine. Checked against t
 uninterrupted `toy_run`: SFT (deterministic) ends with the same parameters and Adam state bit
 for bit; a Critic Warm-Up killed before its first finished checkpoint starts again from the SFT
 actor; PPO killed between rollout and update trains every step once, on trials that were
-neither lost from nor repeated in its records."""
+neither lost from nor repeated in its records.
+
+CI runs one kill point per phase; `bash scripts/chaos_sweep.sh` (T1JAX_CHAOS_SWEEP=1) runs every
+point of every step of the toy run."""
 
 import json
+import os
 import shutil
 
 import jax
@@ -16,6 +20,13 @@ import pytest
 from conftest import run_toy_recipe
 
 pytestmark = pytest.mark.slow
+POINTS = ("collected", "updated", "saving")
+SWEEP = os.environ.get("T1JAX_CHAOS_SWEEP") == "1"
+SFT_KILLS = ([f"sft:{step}:{point}" for step in (1, 2, 3) for point in POINTS] if SWEEP
+             else ["sft:2:saving"])
+RL_KILLS = ([(f"critic_warmup:1:{w}", f"ppo:{step}:{point}") for w in POINTS
+             for step in (1, 2) for point in POINTS] if SWEEP
+            else [("critic_warmup:1:saving", "ppo:2:collected")])
 
 
 def saved(checkpoints, item):
@@ -43,12 +54,13 @@ def fresh_copy(toy_run, workdir, *phases):
     return workdir
 
 
-def test_sft_killed_mid_save_ends_bit_exact(toy_run, tmp_path):
+@pytest.mark.parametrize("kill_at", SFT_KILLS)
+def test_killed_sft_ends_bit_exact(toy_run, tmp_path, kill_at):
     workdir = fresh_copy(toy_run, tmp_path / "sft_chaos")
     shutil.rmtree(workdir / "sft" / "checkpoints")
     (workdir / "sft" / "DONE").unlink()  # its data stays: made and marked complete already
     every = "--config.sft.checkpoint_every=1"
-    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=sft", every, kill_at="sft:2:saving")
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=sft", every, kill_at=kill_at)
     assert not (workdir / "sft" / "DONE").is_file()
     run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=sft", every)
     for item in ("actor", "actor_opt", "step"):
@@ -56,17 +68,19 @@ def test_sft_killed_mid_save_ends_bit_exact(toy_run, tmp_path):
                     saved(toy_run / "sft" / "checkpoints", item))
     steps = [json.loads(line)["step"] for line in
              (workdir / "sft" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3]  # the rows of the killed run's unsaved step were dropped
+    assert steps == [1, 2, 3]  # rows of steps the killed run never saved were written again
 
 
-def test_warmup_and_ppo_killed_resume_without_loss_or_repeats(toy_run, tmp_path):
+@pytest.mark.parametrize("warmup_kill, ppo_kill", RL_KILLS)
+def test_killed_warmup_and_ppo_resume_without_loss_or_repeats(toy_run, tmp_path, warmup_kill,
+                                                              ppo_kill):
     workdir = fresh_copy(toy_run, tmp_path / "rl_chaos", "warmup", "ppo")
     flags = ["--config.phases=warmup,ppo", "--config.ppo.steps=2",
              "--config.rollouts.sampling_seed=0"]
-    # Warm-Up's one step is trained and its only checkpoint half written: nothing finished
-    run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at="critic_warmup:1:saving")
-    # PPO step 2's rollouts are in hand, not yet trained on
-    run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at="ppo:2:collected")
+    # in CI: Warm-Up's one step trained, its only checkpoint half written (nothing finished);
+    # then PPO step 2's rollouts in hand, not yet trained on
+    run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at=warmup_kill)
+    run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at=ppo_kill)
     run_toy_recipe(workdir, "tiny_cpu.py", *flags)
     assert (workdir / "ppo" / "DONE").is_file()
     # the rerun Warm-Up started from the SFT actor (which it keeps frozen), not a random one
