@@ -26,10 +26,6 @@ import pytest  # noqa: E402
 pytest_plugins = ["suite_timing"]  # the per-file time table and the 45-minute guard
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a slow test (real containers, long runs)")
-
-
 @pytest.fixture(scope="session")
 def docker_backend():
     from t1jax.sandbox.base import SandboxError
