@@ -89,6 +89,9 @@ def test_killed_warmup_and_ppo_resume_without_loss_or_repeats(toy_run, tmp_path,
     rows = [json.loads(line) for line in
             (workdir / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:  # no outage here; trials are never sampled by a newer policy than trained
+        assert row["rollout/infra_failures"] == 0
+        assert 0 <= row["staleness/version_lag_mean"] <= row["staleness/version_lag_max"] <= 2
     # each step's record holds exactly the trials it trained on, and no trial twice
     seen = []
     for row in rows:

@@ -591,3 +591,19 @@ def test_gae_of_a_trial_split_over_rows_equals_gae_in_one_row(gamma, lam):
         _, ret = ppo.gae(jnp.asarray(b.rewards), jnp.zeros(b.shape), jnp.asarray(b.loss_mask),
                          jnp.asarray(b.trial_ids), 1.0, 1.0, links)
         assert (np.asarray(ret)[linked] != 0).all() == (links is not None)
+
+
+def test_staleness_counts_turns_behind_the_policy_being_trained():
+    """One-step-off turns are 1 behind, a carried-over trial's early turns more; versions that
+    are no step number (a recording made elsewhere, a test double) are left out."""
+    from t1jax.rl.metrics import staleness
+
+    def sample(versions):
+        return Sample(tokens=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0],
+                      routes=np.zeros((2, 1, 1)), reward=0.0,
+                      metadata={"weight_versions": versions})
+    got = staleness([sample(["4", "4"]), sample(["2", "3", "4"]), sample(["v0"])], 4)
+    assert got == {"staleness/version_lag_mean": pytest.approx(0.6),
+                   "staleness/version_lag_max": 2, "staleness/stale_turn_frac": 0.4}
+    assert staleness([sample(["5"])], 5)["staleness/stale_turn_frac"] == 0.0
+    assert staleness([sample(["v0"]), sample([])], 3) == {}

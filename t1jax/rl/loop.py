@@ -26,9 +26,10 @@ import jax
 from absl import logging
 
 from t1jax.checkpoint import Checkpointer, abstract_like
+from t1jax.faults import kill_point
 from t1jax.metrics_log import MetricWriter
 from t1jax.rl import critic as critic_lib
-from t1jax.faults import kill_point
+from t1jax.rl import metrics as metrics_lib
 from t1jax.rl.sft_data import load_samples, save_dataset
 
 STATE_ITEMS = ("step", "actor", "critic", "actor_opt", "critic_opt", "reference")
@@ -75,8 +76,9 @@ class LiveRollouts:
         self._carried: list = []
         self._next_attempt = 0  # unique per trial of the run: (task, attempt) names a sample
         self.last_result = None
-        # trials of the last collect that raised (engine, sandbox or verifier outage): dropped
-        self.infra_failures = 0
+        # of the last collect: trials that raised (engine, sandbox or verifier outage; dropped)
+        # and how stale the admitted ones were
+        self.last_metrics: dict = {}
 
     def collect(self, step: int):
         from t1jax.rollout.scheduler import TrialRequest
@@ -90,7 +92,8 @@ class LiveRollouts:
                                         carry_over=self.carry_over)
         self._carried = result.carried
         self.last_result = result
-        self.infra_failures = len(result.failed)
+        self.last_metrics = {"rollout/infra_failures": len(result.failed),
+                             **metrics_lib.staleness(result.samples, step)}
         for failed in result.failed:
             logging.warning("trial failed (dropped, not trained): %s", failed.error)
         if not result.samples:
@@ -214,7 +217,7 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                 t0 = time.perf_counter()
                 samples = pending.result() if pending is not None else source.collect(step)
                 rollout_wait = time.perf_counter() - t0
-                failures = getattr(source, "infra_failures", 0)  # before the next collect
+                source_metrics = dict(getattr(source, "last_metrics", {}))  # before the next
                 kill_point(options.stage, step + 1, "collected")
                 # what a resume after this step must restart from: before any prefetch
                 source_state = source.state_dict()
@@ -227,8 +230,8 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                     concurrent.futures.wait([pending])
                 if publishes:
                     source.publish(trainer, str(step + 1))
+                metrics.update(source_metrics)
                 metrics.update({"perf/rollout_wait_s": rollout_wait,
-                                "rollout/infra_failures": failures,
                                 "perf/wall_s": time.perf_counter() - t0,
                                 "weights/version": step + 1})
                 writer.write(step + 1, metrics)
