@@ -68,14 +68,18 @@ def test_warmup_critic_only_then_ppo(recorded, tmp_path):
     # a resumed warm-up samples from the restored actor: the engines get it before any
     # rollout (they were built from the new process's random one)
     class Publishing(loop.RecordedRollouts):
+        last_metrics = {"rollout/infra_failures": 0, "staleness/version_lag_max": 2}
+
         def publish(self, trainer, version):
             super().publish(trainer, version)
             self.actors = [*getattr(self, "actors", []), host(trainer.state.actor)]
 
     resumed, source = make_trainer(seed=1), Publishing(recorded)
-    loop.run(resumed, source, tmp_path / "warmup", loop.LoopOptions(steps=3,
-                                                                   stage="critic_warmup"))
+    (row,) = loop.run(resumed, source, tmp_path / "warmup",
+                      loop.LoopOptions(steps=3, stage="critic_warmup"))
     assert source.published == ["2"]
+    # a source's step metrics reach the row; staleness not: Warm-Up's policy never moves
+    assert row["rollout/infra_failures"] == 0 and "staleness/version_lag_max" not in row
     assert_tree_equal(source.actors[0], actor_before)
 
 

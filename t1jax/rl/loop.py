@@ -217,7 +217,10 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                 t0 = time.perf_counter()
                 samples = pending.result() if pending is not None else source.collect(step)
                 rollout_wait = time.perf_counter() - t0
-                source_metrics = dict(getattr(source, "last_metrics", {}))  # before the next
+                # read before the next collect overwrites it; Warm-Up's policy never moves, so
+                # its trials have no staleness to report
+                source_metrics = {k: v for k, v in getattr(source, "last_metrics", {}).items()
+                                  if publishes or not k.startswith("staleness/")}
                 kill_point(options.stage, step + 1, "collected")
                 # what a resume after this step must restart from: before any prefetch
                 source_state = source.state_dict()
