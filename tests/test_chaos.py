@@ -24,9 +24,9 @@ POINTS = ("collected", "updated", "saving")
 SWEEP = os.environ.get("T1JAX_CHAOS_SWEEP") == "1"
 SFT_KILLS = ([f"sft:{step}:{point}" for step in (1, 2, 3) for point in POINTS] if SWEEP
              else ["sft:2:saving"])
-RL_KILLS = ([(f"critic_warmup:1:{w}", f"ppo:{step}:{point}") for w in POINTS
-             for step in (1, 2) for point in POINTS] if SWEEP
-            else [("critic_warmup:1:saving", "ppo:2:collected")])
+RL_KILLS = ([(f"critic_warmup:1:{w}", f"ppo:{step}:{point}", schedule) for w in POINTS
+             for step in (1, 2) for point in POINTS for schedule in ("sync", "one_step_off")]
+            if SWEEP else [("critic_warmup:1:saving", "ppo:2:collected", "sync")])
 
 
 def saved(checkpoints, item):
@@ -71,12 +71,12 @@ def test_killed_sft_ends_bit_exact(toy_run, tmp_path, kill_at):
     assert steps == [1, 2, 3]  # rows of steps the killed run never saved were written again
 
 
-@pytest.mark.parametrize("warmup_kill, ppo_kill", RL_KILLS)
+@pytest.mark.parametrize("warmup_kill, ppo_kill, schedule", RL_KILLS)
 def test_killed_warmup_and_ppo_resume_without_loss_or_repeats(toy_run, tmp_path, warmup_kill,
-                                                              ppo_kill):
+                                                              ppo_kill, schedule):
     workdir = fresh_copy(toy_run, tmp_path / "rl_chaos", "warmup", "ppo")
     flags = ["--config.phases=warmup,ppo", "--config.ppo.steps=2",
-             "--config.rollouts.sampling_seed=0"]
+             "--config.rollouts.sampling_seed=0", f"--config.schedule={schedule}"]
     # in CI: Warm-Up's one step trained, its only checkpoint half written (nothing finished);
     # then PPO step 2's rollouts in hand, not yet trained on
     run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at=warmup_kill)
