@@ -236,6 +236,7 @@ def test_episode_trial_batch_two_of_three_carries_the_straggler(docker_backend):
         docker_backend.reap(run_id)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("outage", [SandboxError("the daemon went away"),
                                     OSError(28, "No space left on device")],
                          ids=["sandbox", "os"])
