@@ -40,9 +40,9 @@ def _sft_source(config, trainer, workdir: Path):
         data_dir = Path(config.sft.data_dir)
         if not (data_dir.is_dir() and any(data_dir.glob("*.npz"))):
             raise UsageError(f"config.sft.data_dir={data_dir} holds no .npz samples")
-    else:
-        data_dir = workdir / "sft_data"
-    if not config.sft.data_dir and not dataset_complete(data_dir):  # never a killed run's part
+        return DatasetBatches(load_samples(data_dir), config.sft.batch_size, config.seed)
+    data_dir = workdir / "sft_data"
+    if not dataset_complete(data_dir):  # never the part of a set a killed run left
         tasks, backend, tok, scale, limits = _task_stack(config)
         samples, skipped = oracle_samples(
             tasks, backend, tok, scale, num_layers=trainer.cfg.num_hidden_layers,
