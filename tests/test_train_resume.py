@@ -120,3 +120,24 @@ def test_kill_and_resume_is_bit_exact(tmp_path):
     rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert (killed / "tensorboard").is_dir()
+
+
+def test_sft_stage_trains_on_the_users_samples(tmp_path):
+    """configs/ppo.py:sft with --config.sft.data_dir: the given samples, no sandbox; a folder
+    without samples is refused, naming it."""
+    recorded = tmp_path / "recorded"
+    record(recorded, steps=1)
+
+    def sft(workdir, data_dir):
+        return subprocess.run(
+            [sys.executable, str(ROOT / "experiments" / "run.py"), "--config",
+             str(ROOT / "configs" / "ppo.py") + ":sft", "--workdir", str(workdir),
+             f"--config.sft.data_dir={data_dir}", "--config.steps=2", *SMALL],
+            cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    proc = sft(tmp_path / "sft", recorded / "step_00000")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert finalized_steps(tmp_path / "sft" / "checkpoints")[-1] == 2
+    (tmp_path / "empty").mkdir()
+    proc = sft(tmp_path / "sft2", tmp_path / "empty")
+    assert proc.returncode != 0 and "holds no .npz samples" in proc.stderr, proc.stderr[-2000:]
