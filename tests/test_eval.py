@@ -21,7 +21,7 @@ import pytest
 
 from t1jax.eval import evaluate, pass_at_k, read_trials, summarize
 from t1jax.rollout.batching import BatchingEngine
-from t1jax.rl.sft_data import FINAL_ANSWER, oracle_commands
+from t1jax.rollout.oracle_data import FINAL_ANSWER, oracle_commands
 from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.sample import Sample

@@ -5,7 +5,7 @@ Steps (all real pieces):
   1. write a family pool (t1jax.tasks.families) and train the family tokenizer on its corpus;
   2. oracle SFT samples: every train task's solve.sh played through run_agent_episode in a
      Docker sandbox with the short system prompt, kept when the verifier says solved
-     (t1jax.rl.sft_data.oracle_samples);
+     (t1jax.rollout.oracle_data.oracle_samples);
   3. evaluate the random-init policy, then SFT the tiny model (Trainer.sft_step, fixed [B, L]
      rows so nothing recompiles) and evaluate at the given steps, greedy and sampled, on the
      held-out tasks: JaxEngine over trainer.actor_model() -> run_agent_episode -> verify.
@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 from t1jax import sharding  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.rl import sft_data  # noqa: E402
+from t1jax.rollout import oracle_data  # noqa: E402
 from t1jax.rl.trainer import Trainer  # noqa: E402
 from t1jax.rollout import agent as agent_lib  # noqa: E402
 from t1jax.rollout.chat import render_prefix  # noqa: E402
@@ -183,7 +184,7 @@ def main():
     if cache.is_dir() and any(cache.glob("*.npz")):  # same pool + tokenizer: reuse
         samples, skipped = sft_data.load_samples(cache), []
     else:
-        samples, skipped = sft_data.oracle_samples(
+        samples, skipped = oracle_data.oracle_samples(
             train, backend, tok, scale, num_layers=cfg.num_hidden_layers,
             top_k=cfg.num_experts_per_tok, workers=args.workers, max_len=args.max_len,
             images=images, run_id="probe-sft-oracle", final_answer=families.FINAL_ANSWER,

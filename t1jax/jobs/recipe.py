@@ -195,7 +195,8 @@ class Recipe:
 
     def sft(self) -> None:
         from t1jax.rl import loop
-        from t1jax.rl.sft_data import dataset_complete, load_samples, oracle_samples, save_dataset
+        from t1jax.rl.sft_data import dataset_complete, load_samples, save_dataset
+        from t1jax.rollout.oracle_data import oracle_samples
         from t1jax.tasks import families
         out = self.workdir / "sft"
         if _done(out):

@@ -35,7 +35,8 @@ def _check(config) -> None:
 
 def _sft_source(config, trainer, workdir: Path):
     from t1jax.rl.loop import DatasetBatches
-    from t1jax.rl.sft_data import dataset_complete, load_samples, oracle_samples, save_dataset
+    from t1jax.rl.sft_data import dataset_complete, load_samples, save_dataset
+    from t1jax.rollout.oracle_data import oracle_samples
     if config.sft.data_dir:  # the user's own samples
         data_dir = Path(config.sft.data_dir)
         if not (data_dir.is_dir() and any(data_dir.glob("*.npz"))):
