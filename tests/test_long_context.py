@@ -182,7 +182,9 @@ def test_scanned_layers_are_stored_stacked():
 @pytest.mark.slow
 def test_scanned_layers_equal_unrolled_layers(family, layers, remat):
     """Loss, every gradient, the routes used and the router's own, and the aux loss are the
-    unrolled model's, free and with replayed (R3) routes; the scan really is one loop."""
+    unrolled model's, free and with replayed (R3) routes; the scan really is one loop. Qwen3.5
+    runs the replay only: its rows route some tokens freely (-1), and routes=None is the scan's
+    one family-independent branch, which Qwen3 covers (a qwen3_5_moe compile costs ~30 s)."""
     base = deeper(family, layers)
     cfg = base.model.cfg
     tokens, pos, seg = packed_rows(cfg.vocab_size)
@@ -196,7 +198,7 @@ def test_scanned_layers_equal_unrolled_layers(family, layers, remat):
         value = jnp.mean(jnp.where(seg[..., None] > 0, out.logits, 0.0) ** 2) + out.aux_loss
         return value, out
 
-    for routes in (None, replay):
+    for routes in ((None, replay) if family == "qwen3_moe" else (replay,)):
         (l0, o0), g0 = jax.jit(nnx.value_and_grad(loss, has_aux=True))(
             variant(base, remat=remat), routes)
         (l1, o1), g1 = jax.jit(nnx.value_and_grad(loss, has_aux=True))(
@@ -227,7 +229,7 @@ def test_scanned_layers_equal_unrolled_layers(family, layers, remat):
 
 
 @pytest.mark.parametrize("family,layers,scan", [("qwen3_moe", 4, True), ("qwen3_5_moe", 8, True),
-                                                ("qwen3_5_moe", 4, False)])
+                                                ("qwen3_moe", 4, False)])
 @pytest.mark.slow
 def test_offloaded_layer_inputs_change_nothing(family, layers, scan):
     """offload_layer_inputs keeps each layer's saved input in host memory (pinned_host) between

@@ -139,6 +139,38 @@ def test_the_snapshot_keeps_files_everywhere(client, make):
         client.images.remove(snapshot, force=True)
 
 
+def test_changes_read_from_the_layers_equal_docker_diff(make):
+    """The verifier's tamper check reads a local container's changes from its overlay layers
+    (t1jax/sandbox/overlay.py): the same list as the daemon's `docker diff` for adds, edits,
+    deletes, a directory emptied and refilled (opaque), a rename, a link, a chmod, a chown and a
+    file written then removed."""
+    from t1jax.sandbox import overlay
+    with make() as sb:
+        script = textwrap.dedent("""\
+            echo new > /app/new.txt; mkdir -p /app/d/e; echo x > /app/d/e/f
+            echo more >> /etc/os-release; rm -f /etc/issue.net; chown 1:1 /home
+            rm -rf /usr/share/doc/bash /usr/share/man && mkdir /usr/share/man && echo m > /usr/share/man/only
+            ln -s /etc/passwd /app/link; chmod 700 /srv
+            touch /var/tmp/t; rm /var/tmp/t; mkdir /opt/z; rm -rf /opt/z
+            mv /usr/share/zoneinfo /usr/share/zoneinfo2""")
+        assert sb.exec(script, timeout=60).exit_code == 0
+        if not sb._lowerdirs:
+            pytest.skip("the daemon's layers are not readable here (not root, or a remote "
+                        "daemon): changes() asks the daemon")
+        read = overlay.changes(sb._upperdir, sb._lowerdirs)
+        kinds = {0: "C", 1: "A", 2: "D"}
+        daemon = sorted(((kinds[c["Kind"]], c["Path"]) for c in sb.container.diff()),
+                        key=lambda c: c[1])
+        assert read is not None and read == daemon
+        assert sb.changes() == read
+        for change in [("D", "/usr/share/man/man1"), ("A", "/usr/share/man/only"),
+                       ("C", "/srv"), ("C", "/home"), ("D", "/usr/share/zoneinfo"),
+                       ("A", "/usr/share/zoneinfo2/UTC"), ("A", "/app/d/e/f"),
+                       ("D", "/etc/issue.net")]:
+            assert change in read, change
+        assert not {path for _, path in read} & {"/var", "/var/tmp", "/opt", "/opt/z"}
+
+
 def test_close_on_keyboard_interrupt_removes_container(client, make):
     sb = make()
     with pytest.raises(KeyboardInterrupt):

@@ -235,7 +235,7 @@ def test_oracle_samples_whole_pool(tok, pool, env):
     backend, run_id = env
     tasks = list(pool.values())
     samples, skipped = oracle_samples(tasks, backend, tok, pool_scale(tasks), num_layers=1,
-                                      top_k=1, workers=2, run_id=run_id)
+                                      top_k=1, workers=4, run_id=run_id)
     assert len(samples) + len(skipped) == len(tasks)
     assert not skipped, skipped
 

@@ -3,6 +3,7 @@ snapshot, verification in a second fresh sandbox) with 1, 2, 4 and 8 sandboxes a
 Ratios are against one sandbox at a time, measured in the same run.
 
   .venv/bin/python experiments/benchmarks/sandbox_throughput.py [--episodes 16] [--backend docker]
+      [--daemon-diff]
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--concurrency", default="1,2,4,8")
     parser.add_argument("--backend", default="docker")
+    parser.add_argument("--daemon-diff", action="store_true",
+                        help="the tamper check asks the daemon (`docker diff`) instead of "
+                        "reading the overlay layers: the baseline of sandbox/overlay.py")
     args = parser.parse_args()
+    if args.daemon_diff:
+        from t1jax.sandbox import overlay
+        overlay.changes = lambda upper, lowers: None  # None: DockerSandbox asks the daemon
     backend = make_backend(args.backend)
     tasks = load_pool(default_pool_dir()).tasks
     scale = pool_scale(tasks)

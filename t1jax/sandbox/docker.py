@@ -22,7 +22,7 @@ import time
 import uuid
 import weakref
 
-from t1jax.sandbox import base
+from t1jax.sandbox import base, overlay
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.sandbox.shell import KILL_SCRIPT
 from t1jax.sandbox.shell_sandbox import ShellSandbox
@@ -135,6 +135,7 @@ class DockerSandbox(ShellSandbox):
         self.client = client or docker_client()
         self.container = None
         self._upperdir: str | None = None
+        self._lowerdirs: list[str] | None = None
         self._init_shell_state()
         self.name = name or f"t1jax-{run_id[:20]}-{uuid.uuid4().hex[:8]}"
         labels = {base.LABEL_OWNER: "t1jax", base.LABEL_RUN: run_id,
@@ -183,8 +184,12 @@ class DockerSandbox(ShellSandbox):
                 if self.user:
                     self._root_exec(["chown", self.user, self.workdir])
             self.container.reload()
-            upper = ((self.container.attrs.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
+            layers = (self.container.attrs.get("GraphDriver") or {}).get("Data") or {}
+            upper = layers.get("UpperDir")
             self._upperdir = upper if upper and os.access(upper, os.R_OK) else None
+            lowers = [d for d in (layers.get("LowerDir") or "").split(":") if d]
+            self._lowerdirs = (lowers if self._upperdir and lowers
+                               and all(os.access(d, os.R_OK) for d in lowers) else None)
             self._start_shell()
         except BaseException:
             self.close()
@@ -242,6 +247,17 @@ class DockerSandbox(ShellSandbox):
             if member is None or not member.isfile():
                 raise IsADirectoryError(f"{path} in sandbox {self.container.name} is not a file")
             return tar.extractfile(member).read()
+
+    def changes(self) -> list[tuple[str, str]]:
+        """(kind, path) the container added (A), changed (C) or deleted (D), as `docker diff`
+        lists them: read from its overlay layers where this process can (a local daemon), at a
+        few ms instead of the daemon's ~0.6 CPU-s (t1jax/sandbox/overlay.py)."""
+        if self._lowerdirs:
+            found = overlay.changes(self._upperdir, self._lowerdirs)
+            if found is not None:
+                return found
+        kinds = {0: "C", 1: "A", 2: "D"}
+        return [(kinds.get(c["Kind"], "?"), c["Path"]) for c in self.container.diff() or []]
 
     def snapshot(self) -> str:
         """Commit the container's filesystem to an image (the verifier starts from it)."""

@@ -11,9 +11,6 @@ from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import SandboxError
 from t1jax.sandbox.docker import DockerSandbox, docker_client
 
-_KINDS = {0: "C", 1: "A", 2: "D"}
-
-
 class DockerBackend:
     name = "docker"
 
@@ -45,7 +42,7 @@ class DockerBackend:
         return sandbox.start()
 
     def changes(self, sandbox: DockerSandbox) -> list[tuple[str, str]]:
-        return [(_KINDS.get(c["Kind"], "?"), c["Path"]) for c in sandbox.container.diff() or []]
+        return sandbox.changes()
 
     def remove_image(self, image: str) -> None:
         import docker.errors
