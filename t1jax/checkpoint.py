@@ -107,6 +107,13 @@ class Checkpointer:
             cleanup_tmp_directories=True,  # leftovers of a killed save, never restorable
             create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # Orbax deletes the leftovers in a background thread that only a save waits for. One
+        # outliving this constructor races whatever comes next in the folder: a second
+        # manager's cleanup of the same leftovers (FileNotFoundError mid-rmtree), or, listing
+        # late, a newer manager's save in flight. Wait here: the folder is clean on return.
+        cleanup = getattr(self._manager, "_cleanup_tmp_directory_future", None)
+        if cleanup is not None:
+            cleanup.result()
 
     # -- save ----------------------------------------------------------------------------------
 

@@ -306,6 +306,19 @@ def test_has_checkpoint_means_a_finished_step_not_a_folder(tmp_path):
     assert has_checkpoint(directory)
 
 
+def test_a_killed_saves_leftovers_are_gone_when_the_checkpointer_is_made(tmp_path):
+    """Orbax removes a killed save's temporary step in a background thread; one outliving the
+    constructor raced the next manager's cleanup of the same folder (CI: FileNotFoundError
+    mid-rmtree) and, listing late, could delete a newer save in flight. Made and closed
+    without a save (a restore-only use), the folder is clean already."""
+    for attempt in range(5):
+        leftover = tmp_path / str(attempt) / ("1" + TMP_SUFFIX)
+        (leftover / "actor" / "deep").mkdir(parents=True)
+        (leftover / "actor" / "deep" / "blob").write_bytes(b"0" * 1024)
+        with Checkpointer(leftover.parent):
+            assert not leftover.exists()
+
+
 def test_a_save_in_flight_is_not_the_latest_step(tmp_path):
     state = {"big": {"x": jnp.zeros((8_000_000,), jnp.float32)}}
     with Checkpointer(tmp_path) as ckpt:
