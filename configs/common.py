@@ -38,7 +38,9 @@ def rl_config() -> ml_collections.ConfigDict:
     rl.epochs = 1  # passes over the step's batch
     rl.r3 = True  # replay the rollout's expert selection in the actor's training forward
     rl.old_logprobs = "recompute"  # PPO ratio vs: recompute (trainer, pre-update) | rollout
-    rl.tis = False  # truncated importance sampling: min(pi_old / pi_rollout, tis_cap)
+    # truncated importance sampling, min(pi_old / pi_rollout, tis_cap): with recompute, the
+    # decoupled objective that one_step_off and carry-over need (rl/loop.check_off_policy_correction)
+    rl.tis = True
     rl.tis_cap = 2.0
     rl.kl_loss_coef = 0.0  # k3 KL(pi || reference) in the loss (reference = initial actor)
     rl.kl_reward_coef = 0.0  # per-token KL penalty in the reward

@@ -121,7 +121,8 @@ def batch(cfg: ModelConfig, rows: int, length: int, mesh, rules=None) -> Batch:
     shapes = Batch(*(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in (
         ((rows, length), i32), ((rows, length), i32), ((rows, length), i32),
         ((rows, length), i32), ((rows, length), f32), ((rows, length), f32),
-        ((rows, length, layers, k), i32), ((rows, length), f32), ((rows, length), i32))))
+        ((rows, length, layers, k), i32), ((rows, length), f32), ((rows, length), i32),
+        ((rows, length), f32))))
     return _abstract(shapes, batch_shardings(shapes, mesh, rules))
 
 

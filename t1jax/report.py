@@ -40,7 +40,8 @@ CURVE_KEYS = {
     "warmup": ("critic/explained_variance", "critic/value_loss", "critic/returns_mean"),
     "ppo": ("reward/mean", "reward/resolved", "critic/explained_variance", "critic/value_loss",
             "mismatch/logprob_gap", "mismatch/logprob_gap_max", "mismatch/k3_kl",
-            "mismatch/routing_disagreement", "actor/clip_frac", "actor/approx_kl", "turns/mean",
+            "mismatch/routing_disagreement", "staleness/logprob_gap",
+            "staleness/version_lag_mean", "actor/clip_frac", "actor/approx_kl", "turns/mean",
             "turns/max", "length/mean", "length/max", "chunks/mean", "chunks/compactions",
             "perf/tokens_per_s"),
 }

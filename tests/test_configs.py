@@ -61,6 +61,21 @@ def test_recipe_rejects_unknown_phase(tmp_path):
         recipe.run(config, tmp_path)
 
 
+def test_stale_trials_without_a_correction_are_refused_before_the_run(tmp_path):
+    """The main job carries trials over; a ratio against the current weights without TIS
+    ignores the policy that sampled them: refused before the first phase, naming the keys."""
+    from t1jax.jobs import UsageError, recipe, train
+    config = importlib.import_module("configs.tiny_cpu").get_config()
+    config.rl.tis = False
+    with pytest.raises(UsageError, match=r"carry_over=True.*rl\.tis=False"):
+        recipe.run(config, tmp_path / "recipe")
+    assert not (tmp_path / "recipe").exists()
+    config = importlib.import_module("configs.ppo").get_config()
+    config.rl.tis, config.schedule, config.rollouts.carry_over = False, "one_step_off", False
+    with pytest.raises(UsageError, match=r"schedule='one_step_off'.*rl\.tis=False"):
+        train.run(config, tmp_path / "train")
+
+
 def test_ablations_change_one_axis_each():
     from t1jax.rl.trainer import Settings
     main = importlib.import_module("configs.tiny_cpu").get_config().to_dict()

@@ -447,6 +447,69 @@ def test_pack_route_shape_mismatch_raises():
         do_pack([make_sample(10, 0, routes_shape=(LAYERS + 1, K))])
 
 
+def test_pack_marks_the_trials_older_weights_sampled():
+    """Batch.stale: 1 on every token of a trial with a turn sampled by weights older than the
+    version trained (one-step-off, carry-over); versions that are not step numbers count as
+    current; without a version nothing is stale."""
+    versions = [["3", "3"], ["2", "3"], ["oracle"], None, ["4"]]
+    samples = [make_sample(20, i) for i in range(len(versions))]
+    for s, v in zip(samples, versions):
+        s.metadata["weight_versions"] = v
+    packed = do_pack(samples, version=3, packing=False)
+    stale = {i: packed.batch.stale[row, start:end] for i, row, start, end in packed.placements}
+    assert [bool(stale[i].all()) for i in range(5)] == [False, True, False, False, False]
+    assert not any(stale[i].any() for i in (0, 2, 3, 4))
+    assert packed.batch.stale.sum() == 20  # padding is never stale
+    assert not do_pack(samples).batch.stale.any()
+
+
+def test_unmeasured_gaps_are_left_out_not_zero():
+    """mismatch/* on the trials the trained weights sampled, staleness/* on the others: a gap
+    with no tokens behind it is NaN on device and absent from the step's metrics (0 would read
+    as a perfect match); a NaN with tokens behind it stays."""
+    from t1jax.rl import metrics
+    rng = np.random.RandomState(0)
+    train, rollout = -rng.rand(2, 8).astype(np.float32), -rng.rand(2, 8).astype(np.float32)
+    mask = np.ones((2, 8), np.float32)
+    routes = np.full((2, 8, 1, 2), -1, np.int32)
+    for stale in (np.zeros_like(mask), np.ones_like(mask), np.array([[0.0] * 8, [1.0] * 8])):
+        fresh = mask * (1 - stale)
+        m = {**metrics.mismatch(train, rollout, fresh, routes, routes, fresh > 0),
+             **metrics.stale_mismatch(train, rollout, mask, stale)}
+        m = metrics.drop_unmeasured({k: float(v) for k, v in m.items()})
+        gap = np.abs(train - rollout)
+        assert ("mismatch/logprob_gap" in m) == bool(fresh.any())
+        assert ("staleness/logprob_gap" in m) == bool(stale.any())
+        if fresh.any():
+            assert m["mismatch/logprob_gap"] == pytest.approx(gap[fresh > 0].mean(), rel=1e-5)
+        if stale.any():
+            assert m["staleness/logprob_gap"] == pytest.approx(gap[stale > 0].mean(), rel=1e-5)
+        assert m["staleness/sampled_frac"] == stale.mean()
+        assert all(np.isfinite(v) for v in m.values())
+    blown = metrics.drop_unmeasured({"mismatch/logprob_gap": float("nan"),
+                                     "mismatch/sampled_tokens": 5.0})
+    assert np.isnan(blown["mismatch/logprob_gap"])
+
+
+def test_stale_trials_need_the_off_policy_correction():
+    """One-step-off or carry-over with a ratio against the trainer's current weights and no TIS
+    ignores the behaviour policy: refused naming the keys; the decoupled objective (TIS, the
+    default) and plain PPO against the rollout's log-probs pass, as does fresh data."""
+    from t1jax.rl.loop import check_off_policy_correction
+    plain = Settings(tis=False)
+    for schedule, carry_over, keys in (("one_step_off", False, ["schedule='one_step_off'"]),
+                                       ("sync", True, ["carry_over=True"]),
+                                       ("one_step_off", True, ["one_step_off", "carry_over"])):
+        with pytest.raises(ValueError, match="rl.tis=False") as err:
+            check_off_policy_correction(plain, schedule, carry_over)
+        assert all(k in str(err.value) for k in keys + ["rl.old_logprobs='recompute'"])
+        check_off_policy_correction(Settings(), schedule, carry_over)  # tis=True by default
+        check_off_policy_correction(Settings(old_logprobs="rollout", tis=False), schedule,
+                                    carry_over)
+    check_off_policy_correction(plain, "sync", False)
+    assert Settings.from_config(rl_config()).tis  # the configs' default: the decoupled one
+
+
 # -- Settings ------------------------------------------------------------------------------------
 
 

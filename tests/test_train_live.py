@@ -45,9 +45,15 @@ def test_live_ppo_publishes_weights(docker_backend, tmp_path, schedule):
         for s in samples:
             assert s.metadata["verifier"] is not None and s.routes.shape[1:] == (2, 2)
             assert s.loss_mask.sum() > 0
-    for key in ("reward/mean", "critic/explained_variance", "mismatch/logprob_gap",
-                "mismatch/routing_disagreement", "turns/mean"):
+    for key in ("reward/mean", "critic/explained_variance", "mismatch/routing_disagreement",
+                "turns/mean"):
         assert key in history[-1]
+    # step 2 trains version 1; one step off, its trials came from version 0: a staleness gap,
+    # never reported as the same-weights mismatch
+    stale = schedule == "one_step_off"
+    assert ("staleness/logprob_gap" in history[-1]) == stale
+    assert ("mismatch/logprob_gap" in history[-1]) == (not stale)
+    assert history[-1]["staleness/sampled_frac"] == (1.0 if stale else 0.0)
     # same model, same precision, replayed routes: the rollout's log-probs are the trainer's
     assert history[0]["mismatch/logprob_gap"] < 1e-3
     assert history[0]["mismatch/routing_disagreement"] < 0.05

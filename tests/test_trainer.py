@@ -285,6 +285,26 @@ def test_rollout_logprobs_from_the_same_model_give_zero_gap(single):
     assert m["actor/approx_kl"] < 1e-5  # recomputed old log-probs, first minibatch: ratio 1
 
 
+def test_stale_trials_are_measured_apart_from_the_mismatch(single):
+    """Trials older weights sampled (Batch.stale) leave mismatch/* (same weights, T1's measure)
+    and are measured under staleness/*: each gap by hand on its own tokens."""
+    batch = packed_batch(make_samples(3)).batch
+    logp, _ = actor_forward(single, host(single.state.actor), batch, replay=True)
+    stale = np.zeros(batch.shape, np.float32)
+    stale[:2] = batch.segment_ids[:2] > 0
+    batch = with_(batch, stale=stale)
+    m = single.ppo_step(batch)
+    mask = batch.loss_mask > 0
+    gap = np.abs(logp - batch.rollout_logprobs)
+    fresh, old = mask & (stale == 0), mask & (stale > 0)
+    assert fresh.any() and old.any()
+    assert m["mismatch/logprob_gap"] == pytest.approx(gap[fresh].mean(), rel=1e-5, abs=1e-6)
+    assert m["mismatch/logprob_gap_max"] == pytest.approx(gap[fresh].max(), rel=1e-5, abs=1e-6)
+    assert m["mismatch/sampled_tokens"] == fresh.sum()
+    assert m["staleness/logprob_gap"] == pytest.approx(gap[old].mean(), rel=1e-5, abs=1e-6)
+    assert m["staleness/sampled_frac"] == pytest.approx(old.sum() / mask.sum(), rel=1e-6)
+
+
 @pytest.fixture(scope="module")
 def variant(first_step):
     """Every switch on at once (one compile), built like any trainer (so with its frozen

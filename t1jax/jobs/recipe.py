@@ -323,6 +323,14 @@ def run(config, workdir: Path) -> int:
     unknown = sorted(set(wanted) - set(PHASES))
     if unknown:
         raise UsageError(f"config.phases names unknown phases {unknown}; known: {PHASES}")
+    if "ppo" in wanted:  # before hours of SFT and Warm-Up, not when PPO starts
+        from t1jax.rl.loop import check_off_policy_correction
+        from t1jax.rl.trainer import Settings
+        try:
+            check_off_policy_correction(Settings.from_config(config.rl), config.schedule,
+                                        config.rollouts.carry_over)
+        except ValueError as err:
+            raise UsageError(str(err)) from err
     recipe = Recipe(config, workdir)
     if config.reuse:
         workdir.mkdir(parents=True, exist_ok=True)

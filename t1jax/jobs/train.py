@@ -31,6 +31,15 @@ def _check(config) -> None:
         raise UsageError("config.rollouts.source='recorded' needs config.rollouts.recorded_dir")
     if config.steps < 1:
         raise UsageError(f"config.steps must be >= 1, got {config.steps}")
+    if config.stage == "ppo":
+        from t1jax.rl.loop import check_off_policy_correction
+        from t1jax.rl.trainer import Settings
+        try:
+            check_off_policy_correction(Settings.from_config(config.rl), config.schedule,
+                                        config.rollouts.source == "live"
+                                        and config.rollouts.carry_over)
+        except ValueError as err:
+            raise UsageError(str(err)) from err
 
 
 def _sft_source(config, trainer, workdir: Path):

@@ -39,6 +39,7 @@ class Batch:
     routes: np.ndarray  # int32 [B, L, layers, k], -1 = not recorded
     rewards: np.ndarray  # float32 [B, L], the trial's reward on its last sampled id
     continues_at: np.ndarray  # int32 [B, L], -1, or where the trial's next piece starts
+    stale: np.ndarray  # float32 [B, L], 1 on trials a policy older than the trained one sampled
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -126,13 +127,25 @@ def trained_reward(sample, reward: str = "dense") -> float:
     raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
 
 
+def is_stale(sample, version: int | None) -> bool:
+    """Whether weights older than `version` (the policy being trained) sampled any turn of
+    the trial: one-step-off's trials, and carried-over ones. Versions that are not step numbers
+    (a recording made elsewhere, an oracle) count as current."""
+    if version is None:
+        return False
+    return any(int(v) < version for v in sample.metadata.get("weight_versions") or []
+               if str(v).lstrip("-").isdigit())
+
+
 def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1,
-         packing: bool = True, overlong: str = "error", reward: str = "dense") -> Packed:
+         packing: bool = True, overlong: str = "error", reward: str = "dense",
+         version: int | None = None) -> Packed:
     """Pack samples into rows of one bucket length (the smallest that fits the longest).
 
     row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
     packing=False puts one sample per row. overlong: "error" | "drop". reward: "dense" |
-    "binary" (trained_reward).
+    "binary" (trained_reward). version: the weight version being trained; the trials older
+    weights sampled (is_stale) are marked in Batch.stale.
     """
     if reward not in REWARDS:
         raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
@@ -179,7 +192,8 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         rollout_logprobs=np.zeros((rows, length), np.float32),
         routes=np.full((rows, length, num_layers, top_k), -1, np.int32),
         rewards=np.zeros((rows, length), np.float32),
-        continues_at=np.full((rows, length), -1, np.int32))
+        continues_at=np.full((rows, length), -1, np.int32),
+        stale=np.zeros((rows, length), np.float32))
     next_segment, next_trial = [1] * rows, [1] * rows
     placements, piece_starts, fixed, first_sampled = [], [], 0, {}
     a = arrays
@@ -200,6 +214,7 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
                 mask[c0], fixed = 0.0, fixed + 1
         a["loss_mask"][row, start:end] = mask
         a["trial_ids"][row, start:end] = next_trial[row]
+        a["stale"][row, start:end] = float(is_stale(s, version))
         next_trial[row] += 1
         sampled = np.flatnonzero(mask)
         first_sampled[i, j] = row * length + start + (int(sampled[0]) if len(sampled) else 0)
@@ -219,7 +234,7 @@ def batch_specs(batch: Batch):
     two = ("batch", "length")
     return Batch(tokens=two, positions=two, segment_ids=two, trial_ids=two, loss_mask=two,
                  rollout_logprobs=two, routes=("batch", "length", None, None), rewards=two,
-                 continues_at=two)
+                 continues_at=two, stale=two)
 
 
 def batch_shardings(batch: Batch, mesh, rules=None) -> Batch:

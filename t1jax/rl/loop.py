@@ -130,6 +130,31 @@ class LoopOptions:
     async_checkpoints: bool = True
 
 
+def check_off_policy_correction(s, schedule: str, carry_over: bool) -> None:
+    """Refuse PPO whose ratio would ignore the policy that sampled its trials.
+
+    Under one_step_off (every trial one step old) or carry-over (a trial continued from an
+    earlier step), the trainer's pre-update policy is not the behaviour policy. We correct as
+    the decoupled PPO objective does (Hilton et al. 2021; AReaL): the ratio and its clip are
+    taken against the pre-update ("proximal") policy, rl.old_logprobs='recompute', and the
+    behaviour policy enters as a truncated importance weight pi_prox / pi_behaviour, rl.tis=True
+    (the configs' default). Why this one: the trust region stays around the weights being
+    updated, so a stale batch neither zeroes the gradient of tokens whose ratio against an old
+    policy is already outside the clip, nor lets the step grow with staleness; the truncation
+    bounds the variance, and the same weight absorbs the engine's numeric mismatch.
+    rl.old_logprobs='rollout' (the ratio against the behaviour policy itself, plain PPO) is the
+    accepted alternative; recompute without TIS is refused here, and TIS on top of rollout
+    log-probs (the double correction) by rl.Settings."""
+    stale = [why for why, on in (("config.schedule='one_step_off'", schedule == "one_step_off"),
+                                 ("config.rollouts.carry_over=True", carry_over)) if on]
+    if stale and s.old_logprobs == "recompute" and not s.tis:
+        raise ValueError(
+            f"{' and '.join(stale)} train on trials that older weights sampled, but "
+            "rl.old_logprobs='recompute' with rl.tis=False takes the PPO ratio against the "
+            "trainer's current weights and ignores the policy that sampled them. Set "
+            "rl.tis=True (the decoupled objective, the default) or rl.old_logprobs='rollout'")
+
+
 def state_items(state) -> dict:
     items = {name: getattr(state, name) for name in STATE_ITEMS}
     return {k: v for k, v in items.items() if v is not None}
@@ -196,6 +221,9 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
     step_fn = {"ppo": trainer.ppo_step, "critic_warmup": trainer.critic_step,
                "sft": trainer.sft_step}[options.stage]
     publishes = options.stage == "ppo"
+    if publishes:
+        check_off_policy_correction(trainer.s, options.schedule,
+                                    bool(getattr(source, "carry_over", False)))
     history = []
     with Checkpointer(ckpt_dir, keep=options.keep_checkpoints,
                       async_save=options.async_checkpoints) as checkpointer:
@@ -227,7 +255,8 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                 pending = None
                 if options.schedule == "one_step_off" and step + 1 < options.steps:
                     pending = pool.submit(source.collect, step + 1)
-                metrics = step_fn(samples)
+                # PPO: trials older weights sampled than this step's are marked stale
+                metrics = step_fn(samples, version=step) if publishes else step_fn(samples)
                 kill_point(options.stage, step + 1, "updated")
                 if pending is not None:  # one step off: the next rollouts finish first
                     concurrent.futures.wait([pending])

@@ -10,21 +10,59 @@ import numpy as np
 from t1jax.rl import ppo
 
 
+def _mean_or_nan(x, mask):
+    """The masked mean; NaN where nothing is masked in, so that a measurement not taken (no
+    such tokens this step) never reads as a perfect 0."""
+    n = jnp.sum(mask)
+    return jnp.where(n > 0, jnp.sum(x * mask) / jnp.maximum(n, 1.0), jnp.nan)
+
+
 def mismatch(train_logp, rollout_logp, mask, free_routes, rollout_routes, valid):
-    """Train-vs-rollout metrics on the sampled tokens, plus routing disagreement: the fraction
-    of (token, MoE layer) pairs with a recorded rollout expert set where the trainer's own
-    top-k is a different set (measured on the free router even when replaying)."""
+    """Train-vs-rollout metrics on the sampled tokens in `mask`, plus routing disagreement: the
+    fraction of (token, MoE layer) pairs with a recorded rollout expert set where the trainer's
+    own top-k is a different set (measured on the free router even when replaying). The trainer
+    passes only trials the trained weights sampled (same weights: numeric and routing mismatch
+    alone, T1's measure); NaN where there are none (one-step-off)."""
     gap = jnp.abs(train_logp - rollout_logp)
     recorded = jnp.all(rollout_routes >= 0, axis=-1) & valid[..., None]
     differs = jnp.any(jnp.sort(free_routes, -1) != jnp.sort(rollout_routes, -1), axis=-1)
     pairs = jnp.maximum(jnp.sum(recorded), 1)
     return {
-        "mismatch/logprob_gap": ppo.masked_mean(gap, mask),
-        "mismatch/logprob_gap_max": jnp.max(jnp.where(mask > 0, gap, 0.0)),
-        "mismatch/k3_kl": ppo.masked_mean(ppo.k3_kl(train_logp, rollout_logp), mask),
+        "mismatch/logprob_gap": _mean_or_nan(gap, mask),
+        "mismatch/logprob_gap_max": jnp.where(jnp.sum(mask) > 0,
+                                              jnp.max(jnp.where(mask > 0, gap, 0.0)), jnp.nan),
+        "mismatch/k3_kl": _mean_or_nan(ppo.k3_kl(train_logp, rollout_logp), mask),
         "mismatch/routing_disagreement": jnp.sum(differs & recorded) / pairs,
         "mismatch/routed_pairs": jnp.sum(recorded),
+        "mismatch/sampled_tokens": jnp.sum(mask),
     }
+
+
+NOT_MEASURED = {  # metric -> the count that says whether it was measured this step
+    "mismatch/logprob_gap": "mismatch/sampled_tokens",
+    "mismatch/logprob_gap_max": "mismatch/sampled_tokens",
+    "mismatch/k3_kl": "mismatch/sampled_tokens",
+    "staleness/logprob_gap": "staleness/sampled_frac",
+    "staleness/k3_kl": "staleness/sampled_frac",
+}
+
+
+def drop_unmeasured(metrics: dict) -> dict:
+    """Leave out the gaps of a step that had no tokens of their kind (no stale trial in a sync
+    step, no fresh one under one-step-off): absent, not NaN and never 0. A NaN with tokens
+    behind it (a real blow-up) stays."""
+    return {k: v for k, v in metrics.items()
+            if not (k in NOT_MEASURED and metrics.get(NOT_MEASURED[k], 1) == 0)}
+
+
+def stale_mismatch(train_logp, rollout_logp, mask, stale):
+    """The same log-prob gap and k3 KL on the trials older weights sampled (Batch.stale):
+    staleness (the updates since) plus numeric mismatch, which cannot be told apart without the
+    old weights. Kept out of mismatch/* so that stays comparable with T1's 0.021 / 0.013."""
+    m = mask * stale
+    return {"staleness/logprob_gap": _mean_or_nan(jnp.abs(train_logp - rollout_logp), m),
+            "staleness/k3_kl": _mean_or_nan(ppo.k3_kl(train_logp, rollout_logp), m),
+            "staleness/sampled_frac": jnp.sum(m) / jnp.maximum(jnp.sum(mask), 1.0)}
 
 
 def sample_stats(samples) -> dict:

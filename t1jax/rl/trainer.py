@@ -51,7 +51,7 @@ class Settings:
     epochs: int = 1
     r3: bool = True
     old_logprobs: str = "recompute"
-    tis: bool = False
+    tis: bool = True
     tis_cap: float = 2.0
     kl_loss_coef: float = 0.0
     kl_reward_coef: float = 0.0
@@ -229,11 +229,13 @@ class Trainer:
         shape = dict(self.mesh.shape)
         return shape["data"] * shape["fsdp"] * shape["expert"] * self.s.minibatches
 
-    def make_batch(self, samples):
-        """Pack and shard samples; returns (Batch on the mesh, Packed host layout)."""
+    def make_batch(self, samples, version: int | None = None):
+        """Pack and shard samples; returns (Batch on the mesh, Packed host layout). version:
+        the weight version being trained (older trials are marked stale)."""
         packed = pack(samples, buckets=self.buckets, num_layers=self.cfg.num_hidden_layers,
                       top_k=self.cfg.num_experts_per_tok, row_multiple=self.row_multiple,
-                      packing=self.s.packing, overlong=self.s.overlong, reward=self.s.reward)
+                      packing=self.s.packing, overlong=self.s.overlong, reward=self.s.reward,
+                      version=version)
         return shard_batch(packed.batch, self.mesh, self.rules), packed
 
     # -- compiled steps --------------------------------------------------------------------------
@@ -250,16 +252,17 @@ class Trainer:
                 out_shardings=(state_sh, None), donate_argnums=(0,))
         return self._compiled[key]
 
-    def _run(self, name: str, fn, samples_or_batch):
+    def _run(self, name: str, fn, samples_or_batch, version: int | None = None):
         if isinstance(samples_or_batch, Batch):  # placed like make_batch's: one compile
             batch, packed = shard_batch(samples_or_batch, self.mesh, self.rules), None
         else:
-            batch, packed = self.make_batch(samples_or_batch)
+            batch, packed = self.make_batch(samples_or_batch, version)
         step = self._jit(name, fn, batch)
         t0 = time.perf_counter()
         with jax.set_mesh(self.mesh):
             self.state, metrics = step(self.state, batch)
-        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        metrics = metrics_lib.drop_unmeasured(
+            {k: float(v) for k, v in jax.device_get(metrics).items()})
         seconds = time.perf_counter() - t0
         real = float(jnp.sum(batch.segment_ids > 0))
         metrics.update({"perf/step_seconds": seconds, "perf/tokens_per_s": real / seconds,
@@ -275,10 +278,12 @@ class Trainer:
             metrics.update(metrics_lib.sample_stats(samples_or_batch))
         return metrics
 
-    def ppo_step(self, samples_or_batch) -> dict:
+    def ppo_step(self, samples_or_batch, version: int | None = None) -> dict:
+        """version: the weight version being trained (the loop's step); the trials older
+        weights sampled are measured under staleness/* instead of mismatch/*."""
         return self._run("ppo", functools.partial(ppo_step, self.actor_def, self.critic_def,
                                                   self.actor_tx, self.critic_tx, self.s),
-                         samples_or_batch)
+                         samples_or_batch, version)
 
     def critic_step(self, samples_or_batch) -> dict:
         """Critic Warm-Up: the critic alone on the frozen actor's rollouts."""
@@ -399,8 +404,12 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
     pre_update = functools.partial(_pre_update, actor_def, s)
     train_logp, free_routes = per_minibatch(pre_update, state.actor, batch, s.minibatches)
     train_logp = jax.lax.stop_gradient(train_logp)
-    metrics = metrics_lib.mismatch(train_logp, batch.rollout_logprobs, mask,
-                                   free_routes, batch.routes, batch.segment_ids > 0)
+    # same weights (mismatch/*, T1's measure) apart from trials older weights sampled
+    fresh = batch.stale == 0
+    metrics = metrics_lib.mismatch(train_logp, batch.rollout_logprobs, mask * fresh,
+                                   free_routes, batch.routes, (batch.segment_ids > 0) & fresh)
+    metrics.update(metrics_lib.stale_mismatch(train_logp, batch.rollout_logprobs, mask,
+                                              batch.stale))
     old_logp = train_logp if s.old_logprobs == "recompute" else batch.rollout_logprobs
     rewards = batch.rewards
     ref_logp = None
