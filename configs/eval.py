@@ -47,6 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.attempts = 3  # trials per task; pass@k is reported for k = 1..attempts
     config.temperature = 1.0
     config.top_p = 1.0
+    config.sampling_seed = -1  # -1: derived from config.seed (a rerun repeats); >= 0: this one
     config.max_new_tokens = 256  # per turn
     config.max_turns = 50
     config.max_tokens = 2048  # token budget of a trial (every chunk; a terminus chunk)

@@ -50,7 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.max_turns = 8
     config.rollouts.max_new_tokens = 96  # per turn
     config.rollouts.tito = True  # False: re-render and re-encode text every turn (an ablation)
-    config.rollouts.sampling_seed = -1  # -1: fresh per call; >= 0: the run's rollouts repeat
+    config.rollouts.sampling_seed = -1  # -1: from config.seed and the stage; >= 0: this, every stage
     context_config(config.rollouts)
     config.rollouts.engine = "embedded"  # embedded (in-process JAX) | fleet (HTTP servers)
     config.rollouts.engine_batch = 8  # sequences the embedded engine decodes together

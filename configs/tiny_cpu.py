@@ -59,7 +59,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.max_turns = 3
     config.rollouts.max_new_tokens = 48
     config.rollouts.tito = True  # False: the text round-trip of configs/ablations.py:no_tito
-    config.rollouts.sampling_seed = -1  # -1: fresh per call; >= 0: the run's rollouts repeat
+    config.rollouts.sampling_seed = -1  # -1: from config.seed and the stage; >= 0: this, every stage
     context_config(config.rollouts)
 
     config.sft = ml_collections.ConfigDict()

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from t1jax.rollout.agent import SYSTEM_PROMPT as TOOLS_SYSTEM_PROMPT
 from t1jax.rollout.agent import RolloutError, run_agent_episode
 from t1jax.rollout.batching import BatchingEngine
-from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.engine import SamplingParams, SeededCalls
 from t1jax.rollout.sample import make_sample
 from t1jax.rollout.terminus import SYSTEM_PROMPT as TERMINUS_SYSTEM_PROMPT
 from t1jax.rollout.terminus_agent import run_terminus_episode
@@ -268,7 +268,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
              verifier_mode: str = "script", allow_network: bool = False,
              internet_tasks: str = "skip", run_id: str | None = None,
              images: dict | None = None, save_samples: bool = True, context=None,
-             progress: Callable[[str, str], Any] | None = None) -> dict:
+             seed: int | None = None, progress: Callable[[str, str], Any] | None = None) -> dict:
     """Run `attempts` trials of every task (fresh sandbox each), verify, write trials.jsonl,
     summary.json, summary.md and samples/*.npz to out_dir; return the summary.
 
@@ -281,6 +281,9 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     system_prompt: default the harness's own. internet_tasks: "skip" tasks whose allow_internet
     the sandbox cannot honour (allow_network False), or "run" them offline anyway.
     images: task_id -> built image, reused and filled in (periodic evaluations build once).
+    seed: None draws fresh sampling seeds; an int gives each trial's i-th turn
+    call_seed(seed, task, attempt, i), so a rerun repeats and two policies evaluated with one
+    seed are compared on the same random numbers (SeededCalls).
     progress(kind, what): kind "build" per task, "trial" per finished trial.
     """
     if harness not in HARNESSES:
@@ -332,6 +335,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         traj, report, error, box = None, None, None, None
         try:
             inner = engine if hasattr(engine, "generate") else engine(task, attempt)
+            if seed is not None:
+                inner = SeededCalls(inner, seed, task.task_id, attempt)
             spec = SandboxSpec(image=images[task.task_id], limits=task_limits(task, limits),
                                workdir="/app", user=task.agent.user, run_id=run_id,
                                network=allow_network and task.environment.allow_internet)
@@ -426,6 +431,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     partial.unlink(missing_ok=True)
     summary = summarize(rows, label=label, harness=harness, attempts=attempts,
                         duration_s=time.monotonic() - t_start)
+    summary["sampling_seed"] = seed  # None: fresh draws, not repeatable
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "summary.md").write_text(summary_markdown(summary))
     return summary

@@ -141,3 +141,18 @@ def test_t1_setting_is_the_report_model_on_a_64_gpu_mesh():
     assert config.rl.r3 and config.rl.reward == "dense"
     assert config.rl.kl_loss_coef == config.rl.entropy_coef == config.rl.load_balancing_coef == 0
     assert config.rollouts.oversample > 1 and config.rollouts.max_turns >= 300
+
+
+def test_rollout_seeds_come_from_the_run_seed():
+    """Unset (-1), a stage's sampling seed is derived from config.seed: a rerun repeats it,
+    another config.seed changes it, and Warm-Up and PPO (same first policy) draw apart; a set
+    sampling_seed is used as given."""
+    from t1jax.jobs.train import rollout_seed
+    config = importlib.import_module("configs.tiny_cpu").get_config()
+    assert config.rollouts.sampling_seed == -1
+    ppo, warm = rollout_seed(config, "ppo"), rollout_seed(config, "critic_warmup")
+    assert ppo == rollout_seed(config, "ppo") and ppo != warm and 0 <= ppo < 2**31
+    config.seed = 1
+    assert rollout_seed(config, "ppo") != ppo
+    config.rollouts.sampling_seed = 5
+    assert rollout_seed(config, "ppo") == rollout_seed(config, "critic_warmup") == 5

@@ -334,3 +334,36 @@ def test_failure_mode_names_the_budget_that_ended_the_trial():
                          ("done", "unresolved")):
         assert failure_mode(finish, unsolved) == mode and mode in FAILURE_MODES
         assert failure_mode(finish, solved) == "resolved"  # solved within its budget counts
+
+
+@pytest.mark.slow
+def test_a_seeded_evaluation_repeats_itself(docker_backend, tok, tmp_path):
+    """evaluate(seed=...) gives each trial's i-th turn call_seed(seed, task, attempt, i): two
+    runs with one seed write the same trials (sampled ids, commands, verdicts) although their
+    concurrent trials share the engine's batches in whatever order the threads reach it; a
+    second seed draws other samples. What XLA on CPU guarantees and this relies on: one compiled
+    program on the same inputs gives the same bits, and the embedded engine pads every batch to
+    fixed shapes, so a row's result does not depend on the other rows of its batch."""
+    from flax import nnx
+
+    from configs.model import tiny
+    from t1jax.model.config import model_config_from
+    from t1jax.model.transformer import CausalLM
+    from t1jax.rollout.batching import embedded_engine
+    model = CausalLM(model_config_from(tiny.get_config().model), nnx.Rngs(0))
+    engine = embedded_engine(model, max_batch=4, max_len=1024)
+    tasks = [load_task(SEED / name) for name in (ORACLE_TASKS[0], NOTHING_TASK)]
+
+    def run(seed, name):
+        evaluate(tasks, engine, tok, docker_backend, label=name, attempts=2, seed=seed,
+                 sampling=SamplingParams(temperature=1.0, max_new_tokens=12),
+                 scale=GlobalScale(5, "test"), out_dir=tmp_path / name, concurrency=4,
+                 max_turns=2, max_tokens=1024, system_prompt="Use bash.")
+        rows = read_trials(tmp_path / name / "trials.jsonl")
+        return [(r["task_id"], r["attempt"], r["segments"], r.get("commands"), r.get("reward"))
+                for r in rows]
+
+    first, again, other = run(7, "first"), run(7, "again"), run(8, "other")
+    assert len(first) == 4 and first == again
+    assert [row[2] for row in other] != [row[2] for row in first]
+    assert json.loads((tmp_path / "first" / "summary.json").read_text())["sampling_seed"] == 7

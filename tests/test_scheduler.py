@@ -331,7 +331,8 @@ def test_seeded_trials_repeat_their_draws_and_carry_over_keeps_them():
     """rollouts.sampling_seed: every live call gets its own seed from (seed, task, attempt,
     call); a trial resumed from its log goes on with the seeds the uninterrupted trial would
     have used; other attempts and other seeds draw other streams; no seed leaves the params."""
-    from t1jax.rollout.scheduler import _LoggedEngine, call_seed
+    from t1jax.rollout.engine import call_seed
+    from t1jax.rollout.scheduler import _LoggedEngine
 
     class Seeds:
         weight_version = "v"

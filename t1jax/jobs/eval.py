@@ -83,7 +83,7 @@ def run(config, workdir: Path) -> int:
         TimeElapsedColumn, TimeRemainingColumn
 
     from t1jax.eval import evaluate
-    from t1jax.rollout.engine import SamplingParams
+    from t1jax.rollout.engine import SamplingParams, derived_seed
     from t1jax.rollout.tokenizer import load_or_train
     from t1jax.tasks.pool import default_pool_dir
     from t1jax.tasks.validate import pool_scale
@@ -131,6 +131,8 @@ def run(config, workdir: Path) -> int:
     scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                               max_new_tokens=config.max_new_tokens)
+    seed = config.get("sampling_seed", -1)
+    seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns) as progress:
@@ -158,7 +160,7 @@ def run(config, workdir: Path) -> int:
                 system_prompt=config.system_prompt or None, verifier_mode=config.verifier.mode,
                 allow_network=config.sandbox.allow_network,
                 internet_tasks=config.internet_tasks, run_id=run_id, context=context,
-                progress=tick)
+                seed=seed, progress=tick)
         finally:
             backend.reap(run_id)  # whatever an interrupt left running
         # skipped tasks never get a trial: fill the bar so it ends complete

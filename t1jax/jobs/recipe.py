@@ -224,11 +224,11 @@ class Recipe:
                  progress=self.step_bar("SFT", self.config.sft.steps, "sft/nll"))
         _mark(out)
 
-    def _live(self, trainer, out: Path):
+    def _live(self, trainer, out: Path, stage: str):
         from t1jax.jobs.train import live_source
         train, _, backend, tok, scale, limits = self.stack()
         return live_source(self.config, trainer, out, train, backend, tok, scale, limits,
-                           system_prompt=self.config.agent.system_prompt)
+                           system_prompt=self.config.agent.system_prompt, stage=stage)
 
     def warmup(self) -> None:
         from t1jax.checkpoint import has_checkpoint
@@ -239,7 +239,7 @@ class Recipe:
         trainer = self.trainer("critic_warmup")
         if not has_checkpoint(out / "checkpoints"):  # a killed first step: start over
             loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
-        loop.run(trainer, self._live(trainer, out), out,
+        loop.run(trainer, self._live(trainer, out, "critic_warmup"), out,
                  loop.LoopOptions(steps=self.config.warmup.steps, stage="critic_warmup"),
                  progress=self.step_bar("Critic Warm-Up", self.config.warmup.steps,
                                    "critic/explained_variance"))
@@ -264,17 +264,19 @@ class Recipe:
             if every and step % every == 0 and step < self.config.ppo.steps:
                 self.evaluate(f"step_{step:04d}", trainer.actor_model())
 
-        loop.run(trainer, self._live(trainer, out), out,
+        loop.run(trainer, self._live(trainer, out, "ppo"), out,
                  loop.LoopOptions(steps=self.config.ppo.steps, stage="ppo",
                                   schedule=self.config.schedule), progress=tick)
         _mark(out)
 
     def evaluate(self, label: str, policy) -> dict:
-        """Held-out evaluation of `policy` (a CausalLM), k attempts per task."""
+        """Held-out evaluation of `policy` (a CausalLM), k attempts per task. Every label
+        samples with one seed from config.seed: a rerun repeats, and base / SFT / PPO meet the
+        same random numbers per (task, attempt, turn), so their differences are paired."""
         from t1jax.eval import evaluate
         from t1jax.rollout import context
         from t1jax.rollout.batching import embedded_engine
-        from t1jax.rollout.engine import SamplingParams
+        from t1jax.rollout.engine import SamplingParams, derived_seed
         out = self.workdir / "eval" / label
         if (out / "summary.json").is_file():
             return json.loads((out / "summary.json").read_text())
@@ -288,7 +290,8 @@ class Recipe:
                                                 max_new_tokens=c.rollouts.max_new_tokens),
                         concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
                         max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
-                        images=self.images, context=context.from_config(
+                        images=self.images, seed=derived_seed(c.seed, "eval"),
+                        context=context.from_config(
                             c.rollouts, policy.model.cfg.max_position_embeddings,
                             c.rl.max_length),
                         progress=self.count_bar(f"eval {label}: trials",

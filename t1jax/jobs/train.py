@@ -98,12 +98,23 @@ class FleetEngine:
 
 def _live_source(config, trainer, workdir: Path):
     tasks, backend, tok, scale, limits = _task_stack(config)
-    return live_source(config, trainer, workdir, tasks, backend, tok, scale, limits)
+    return live_source(config, trainer, workdir, tasks, backend, tok, scale, limits,
+                       stage=config.get("stage", "ppo"))
+
+
+def rollout_seed(config, stage: str) -> int:
+    """config.rollouts.sampling_seed, or with -1 (the default) one derived from config.seed
+    and the stage: two runs with one config.seed sample the same, and Warm-Up and PPO, whose
+    first policy is the same SFT actor, never replay each other's trials."""
+    from t1jax.rollout.engine import derived_seed
+    seed = config.rollouts.get("sampling_seed", -1)
+    return derived_seed(config.seed, f"rollouts/{stage}") if seed < 0 else int(seed)
 
 
 def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limits,
-                system_prompt: str | None = None):
-    """Rollouts of `tasks` by the trainer's policy (config.rollouts, config.sandbox, config.rl)."""
+                system_prompt: str | None = None, stage: str = "ppo"):
+    """Rollouts of `tasks` by the trainer's policy (config.rollouts, config.sandbox, config.rl),
+    sampled with rollout_seed(config, stage)."""
     from t1jax.rl.loop import LiveRollouts
     from t1jax.rollout import context
     from t1jax.rollout.batching import embedded_engine
@@ -140,7 +151,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,
                           tito=r.tito,
-                          seed=None if r.get("sampling_seed", -1) < 0 else r.sampling_seed,
+                          seed=rollout_seed(config, stage),
                           context=context.from_config(r, trainer.cfg.max_position_embeddings,
                                                       config.rl.max_length),
                           **({} if system_prompt is None else {"system_prompt": system_prompt}))

@@ -8,6 +8,8 @@ routing replay, R3), tagged with the weight version that produced them (for stal
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,3 +76,41 @@ class Engine(Protocol):
     def load_weights(self, params_state, version: str) -> None:
         """Replace the policy weights; later generations report `version`."""
         ...
+
+
+def _hash31(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") \
+        % 2**31
+
+
+def derived_seed(seed: int, purpose: str) -> int:
+    """A run's sampling seed for one purpose (a stage's rollouts, its evaluations), from the
+    run's config.seed: two runs with one seed repeat, and the purposes draw apart streams."""
+    return _hash31(f"{seed}/{purpose}")
+
+
+def call_seed(seed: int, task_id: str, attempt: int, call: int) -> int:
+    """The sampling seed of one generate call of one trial: a hash, so that trials (and turns)
+    draw independent streams, yet a run repeats itself, carried-over and resumed trials
+    included ((task, attempt) is unique per run and checkpointed; the call index continues
+    across a replay). Below 2**31: SGLang's sampling_seed and the JAX engine both take it."""
+    return _hash31(f"{seed}/{task_id}/{attempt}/{call}")
+
+
+class SeededCalls:
+    """One trial's view of a shared engine: its i-th generate call samples with
+    call_seed(seed, task_id, attempt, i). Evaluations of two policies with one seed draw the
+    same random numbers per (task, attempt, turn): their difference is paired, not two draws."""
+
+    def __init__(self, engine, seed: int, task_id: str, attempt: int):
+        self.engine, self.key, self.calls = engine, (seed, task_id, attempt), 0
+
+    def generate(self, prompts, sampling):
+        if not isinstance(sampling, SamplingParams):
+            raise TypeError("SeededCalls takes one SamplingParams per call")
+        call, self.calls = self.calls, self.calls + 1
+        return self.engine.generate(
+            prompts, dataclasses.replace(sampling, seed=call_seed(*self.key, call)))
+
+    def __getattr__(self, name):  # max_len, weight_version, ...: the engine's own
+        return getattr(self.engine, name)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from t1jax.rollout.agent import RolloutError, run_agent_episode
+from t1jax.rollout.engine import call_seed
 from t1jax.rollout.sample import make_sample
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits
@@ -225,15 +226,6 @@ class LoggedCall:
 
     def matches(self, prompt) -> bool:
         return len(prompt) == self.prompt_len and _digest(prompt) == self.digest
-
-
-def call_seed(seed: int, task_id: str, attempt: int, call: int) -> int:
-    """The sampling seed of one generate call of one trial: a hash, so that trials (and turns)
-    draw independent streams, yet a run repeats itself, carried-over and resumed trials
-    included ((task, attempt) is unique per run and checkpointed; the call index continues
-    across a replay). Below 2**31: SGLang's sampling_seed and the JAX engine both take it."""
-    digest = hashlib.blake2b(f"{seed}/{task_id}/{attempt}/{call}".encode(), digest_size=8)
-    return int.from_bytes(digest.digest(), "little") % 2**31
 
 
 class _LoggedEngine:
