@@ -273,6 +273,8 @@ def test_eval_job_end_to_end(docker_backend, tmp_path):
         assert any(s["trained"] for s in r["segments"])
     assert "# Evaluation: base" in (workdir / "summary.md").read_text()
     assert len(list((workdir / "samples").glob("*.npz"))) == 2
+    # stdout is a pipe here, as under tee or CI: progress comes as plain lines
+    assert "[progress] base trials (tools): 2/2 (100%)" in proc.stdout
 
 
 @pytest.mark.slow

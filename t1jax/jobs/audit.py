@@ -13,8 +13,7 @@ from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
 
 
 def run(config, workdir: Path) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn, TimeRemainingColumn
+    from t1jax.jobs.progress import job_progress
 
     from t1jax.tasks.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
         write_reports
@@ -46,9 +45,7 @@ def run(config, workdir: Path) -> int:
     reports = []
     if tasks:
         scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn())
-        with Progress(*columns) as progress:
+        with job_progress(info=False) as progress:
             bars = {"build": progress.add_task("build task images", total=len(tasks)),
                     "probe": progress.add_task("probe episodes", total=len(tasks) * len(PROBES))}
             if judge:

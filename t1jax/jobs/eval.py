@@ -79,8 +79,7 @@ def load_policy(config):
 
 def run(config, workdir: Path) -> int:
     _check(config)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn, TimeRemainingColumn
+    from t1jax.jobs.progress import job_progress
 
     from t1jax.eval import evaluate
     from t1jax.rollout.engine import SamplingParams, derived_seed
@@ -133,9 +132,7 @@ def run(config, workdir: Path) -> int:
                               max_new_tokens=config.max_new_tokens)
     seed = config.get("sampling_seed", -1)
     seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
-    with Progress(*columns) as progress:
+    with job_progress() as progress:
         builds = progress.add_task("build task images", total=len(tasks), info="")
         trials = progress.add_task(f"{label} trials ({config.harness})",
                                    total=len(tasks) * config.attempts, info="")

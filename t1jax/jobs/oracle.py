@@ -12,8 +12,7 @@ from t1jax.jobs import load_job_tasks, sandbox_backend, sandbox_limits
 
 
 def run(config, workdir: Path) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn, TimeRemainingColumn
+    from t1jax.jobs.progress import job_progress
 
     from t1jax.tasks.pool import default_pool_dir
     from t1jax.tasks.validate import AGENTS, pool_scale, validate_pool
@@ -28,9 +27,7 @@ def run(config, workdir: Path) -> int:
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
     limits = sandbox_limits(config.sandbox)
     scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns) as progress:
+    with job_progress(info=False) as progress:
         builds = progress.add_task("build task images", total=len(tasks))
         episodes = progress.add_task("oracle + do-nothing episodes", total=len(tasks) * len(AGENTS))
 

@@ -95,7 +95,7 @@ class Recipe:
         self.pool_dir = workdir / "pool"
         self.images: dict = {}
         self._stack = None
-        self.bars = None  # a rich Progress while run() is active
+        self.bars = None  # job_progress() bars while run() is active
 
     # -- progress bars -----------------------------------------------------------------------
 
@@ -318,8 +318,7 @@ class Recipe:
 
 
 def run(config, workdir: Path) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn, TimeRemainingColumn
+    from t1jax.jobs.progress import job_progress
 
     from t1jax import report
     wanted = [p for p in config.phases.split(",") if p] or list(PHASES)
@@ -340,9 +339,7 @@ def run(config, workdir: Path) -> int:
         linked = link_reused(Path(config.reuse), workdir, warmup=config.warmup.steps > 0,
                              config=json.loads(config.to_json_best_effort()))
         logging.info("reusing %s from %s", ", ".join(linked) or "nothing", config.reuse)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
-    with Progress(*columns) as bars:
+    with job_progress() as bars:
         recipe.bars = bars
         for phase in [p for p in PHASES if p in wanted and p != "report"]:
             finished = recipe.finished(phase)  # a finished phase returns at once: not timed

@@ -62,8 +62,7 @@ def _reap(backend, run_id: str | None = None) -> int:
 
 
 def run(config, workdir: Path) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
+    from t1jax.jobs.progress import job_progress
 
     from t1jax.tasks.synth import synthesize
 
@@ -77,9 +76,7 @@ def run(config, workdir: Path) -> int:
     if reaped:
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
     limits = sandbox_limits(config.sandbox)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns) as progress:
+    with job_progress(info=False) as progress:
         bar = {}
 
         def tick(kind: str, what: str, n: int = 0) -> None:

@@ -164,8 +164,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
 
 def run(config, workdir: Path) -> int:
     _check(config)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn, TimeRemainingColumn
+    from t1jax.jobs.progress import job_progress
 
     from t1jax.checkpoint import has_checkpoint
     from t1jax.model.config import model_config_from
@@ -204,11 +203,9 @@ def run(config, workdir: Path) -> int:
                                checkpoint_every=config.checkpoint.every,
                                keep_checkpoints=config.checkpoint.keep,
                                async_checkpoints=config.checkpoint.async_save)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
     key = {"ppo": "reward/mean", "critic_warmup": "critic/explained_variance",
            "sft": "sft/nll"}[config.stage]
-    with Progress(*columns) as progress:
+    with job_progress() as progress:
         bar = progress.add_task(config.stage, total=config.steps, info="")
 
         def tick(step, metrics):
