@@ -52,6 +52,7 @@ def rl_config() -> ml_collections.ConfigDict:
     rl.overlong = "error"  # error | drop (counted) -- never truncated
     rl.reward = "dense"  # dense (T1: passed assertions / the pool's fixed scale) | binary (solved)
     rl.logits_chunk = 4096  # longer rows reduce over the vocab in chunks: no full logits
+    rl.update_metrics = True  # one more actor forward per PPO step: update/kl, update/logp_delta_*
     rl.value_head_init = "zeros"  # zeros (a fresh critic predicts 0) | uniform (nn.Linear's)
     return rl
 

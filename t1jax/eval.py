@@ -387,7 +387,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         row["failure_mode"] = failure_mode(row["finish"], report, error)
         row["duration_s"] = round(time.monotonic() - t0, 3)
         if save_samples and traj is not None:
-            sample = make_sample(traj, report, task.task_id, attempt)
+            sample = make_sample(traj, report, task.task_id, attempt, task.category or "")
             sample.metadata.update(label=label, harness=harness,
                                    failure_mode=row["failure_mode"])
             samples_dir.mkdir(parents=True, exist_ok=True)

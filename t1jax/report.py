@@ -41,7 +41,9 @@ CURVE_KEYS = {
     "ppo": ("reward/mean", "reward/resolved", "critic/explained_variance", "critic/value_loss",
             "mismatch/logprob_gap", "mismatch/logprob_gap_max", "mismatch/k3_kl",
             "mismatch/routing_disagreement", "staleness/logprob_gap",
-            "staleness/version_lag_mean", "actor/clip_frac", "actor/approx_kl", "turns/mean",
+            "staleness/version_lag_mean", "update/kl", "update/logp_delta_pos",
+            "update/logp_delta_neg", "policy/entropy", "actor/clip_frac_after_first",
+            "actor/clip_frac", "actor/approx_kl", "turns/mean",
             "turns/max", "length/mean", "length/max", "chunks/mean", "chunks/compactions",
             "perf/tokens_per_s"),
 }
@@ -231,6 +233,12 @@ def _eval_progress_plot(path: Path, evals: dict) -> Path | None:
             ("avg dense reward", steps, [_num(s.get("avg_reward")) for _, s in points])])])
 
 
+def _families(rows: list[dict]) -> list[str]:
+    """The task families with per-family metrics (family/<name>/reward) in any row."""
+    return sorted({k.split("/")[1] for row in rows for k in row
+                   if k.startswith("family/") and k.endswith("/reward")})
+
+
 def write_plots(run: dict, plots_dir: Path) -> dict[str, Path]:
     """Writes every plot there is data for; returns {name: path}."""
     plots_dir.mkdir(parents=True, exist_ok=True)
@@ -258,6 +266,15 @@ def write_plots(run: dict, plots_dir: Path) -> dict[str, Path]:
                                               ("max", *S(ppo, "length/max"))]),
             ("PPO step", "chunks per trial (1 = no compaction)",
              [("mean", *S(ppo, "chunks/mean")), ("max", *S(ppo, "chunks/max"))])]),
+        "update_movement": ("PPO: how far each step moved the policy (on its batch)", [
+            ("PPO step", "KL(before || after), nats/token", [("update/kl", *S(ppo, "update/kl"))]),
+            ("PPO step", "log-prob change of sampled tokens",
+             [("advantage > 0", *S(ppo, "update/logp_delta_pos")),
+              ("advantage < 0", *S(ppo, "update/logp_delta_neg"))]),
+            ("PPO step", "entropy, nats/token", [("policy", *S(ppo, "policy/entropy"))])]),
+        "family_reward": ("PPO: training reward per task family", [
+            ("PPO step", "mean dense reward",
+             [(f, *S(ppo, f"family/{f}/reward")) for f in _families(ppo)])]),
         "sft_loss": ("SFT loss", [
             ("SFT step", "NLL per trained token", [("sft/nll", *S(sft, "sft/nll"))]),
             ("SFT step", "token accuracy",
@@ -295,6 +312,8 @@ PLOT_TITLES = {
     "ppo_reward": "PPO reward", "explained_variance": "Critic explained variance",
     "logprob_gap": "Log-prob gap", "routing_disagreement": "Routing disagreement",
     "turns_length": "Turns, sequence length and context chunks", "sft_loss": "SFT loss",
+    "update_movement": "How far each PPO step moved the policy",
+    "family_reward": "Training reward per task family",
 }
 
 

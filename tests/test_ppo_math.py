@@ -670,3 +670,18 @@ def test_staleness_counts_turns_behind_the_policy_being_trained():
                    "staleness/version_lag_max": 2, "staleness/stale_turn_frac": 0.4}
     assert staleness([sample(["5"])], 5)["staleness/stale_turn_frac"] == 0.0
     assert staleness([sample(["v0"]), sample([])], 3) == {}
+
+
+def test_training_reward_per_family():
+    """sample_stats adds each family's mean reward, resolved rate and trial count (metadata
+    "category", which training and evaluation samples carry); trials without one are left out."""
+    from t1jax.rl.metrics import sample_stats
+    samples = [make_sample(12, i, reward=r) for i, r in enumerate((1.0, 0.5, 0.25, 0.75))]
+    for s, family, solved in zip(samples, ("sort", "copy", "sort", None),
+                                 (True, False, False, True)):
+        s.metadata.update(category=family, verifier={"solved": solved})
+    stats = sample_stats(samples)
+    assert stats["family/sort/reward"] == pytest.approx(0.625)
+    assert stats["family/sort/resolved"] == 0.5 and stats["family/sort/trials"] == 2
+    assert stats["family/copy/reward"] == 0.5 and stats["family/copy/resolved"] == 0.0
+    assert not [k for k in stats if k.startswith("family/None")]

@@ -305,6 +305,25 @@ def test_stale_trials_are_measured_apart_from_the_mismatch(single):
     assert m["staleness/sampled_frac"] == pytest.approx(old.sum() / mask.sum(), rel=1e-6)
 
 
+def test_update_metrics_say_how_far_and_which_way_the_step_moved(single):
+    """update/kl is KL(before || after) on the batch's sampled tokens (k3, by hand from the
+    forwards before and after the step); a working step raises the log-probs of tokens with a
+    positive advantage and lowers the others; policy/entropy is the pre-update policy's."""
+    batch = packed_batch(make_samples(6)).batch
+    before, _ = actor_forward(single, host(single.state.actor), batch, replay=True)
+    m = single.ppo_step(batch)
+    after, _ = actor_forward(single, host(single.state.actor), batch, replay=True)
+    mask = batch.loss_mask > 0
+    log_ratio = (after - before)[mask]
+    assert m["update/kl"] == pytest.approx(np.mean(np.expm1(log_ratio) - log_ratio),
+                                           rel=1e-3, abs=1e-7)
+    assert m["update/kl"] > 0
+    assert m["update/logp_delta_pos"] > 0 > m["update/logp_delta_neg"]
+    assert 0 < m["update/positive_frac"] < 1
+    assert 0 < m["policy/entropy"] <= np.log(CFG.vocab_size)
+    assert "actor/clip_frac_after_first" not in m  # one update: nothing after the first
+
+
 @pytest.fixture(scope="module")
 def variant(first_step):
     """Every switch on at once (one compile), built like any trainer (so with its frozen
@@ -361,6 +380,9 @@ def test_switches_run_and_report(first_step, variant):
         assert key in m and np.isfinite(m[key]), key
     assert all(np.isfinite(v) for v in device_metrics(m).values())
     assert m["actor/entropy"] > 0 and m["actor/kl_loss"] >= 0
+    # 4 updates (2 minibatches x 2 epochs): the later ones see a moved policy, the first cannot
+    assert m["actor/clip_frac_after_first"] >= m["actor/clip_frac"] * 4 / 3 - 1e-6
+    assert m["actor/approx_kl_after_first"] > 0
     assert m["actor/load_balancing"] >= 1.0 - 1e-4  # E * sum f * p >= 1 at its minimum
     assert int(variant.state.step) == step + 1
     after = flat(host(variant.state.actor))

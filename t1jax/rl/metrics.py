@@ -65,6 +65,37 @@ def stale_mismatch(train_logp, rollout_logp, mask, stale):
             "staleness/sampled_frac": jnp.sum(m) / jnp.maximum(jnp.sum(mask), 1.0)}
 
 
+def update_movement(before_logp, after_logp, advantages, mask) -> dict:
+    """How far and which way one PPO step moved the policy, on the batch's sampled tokens.
+    update/kl: k3 estimate of KL(before || after) (the tokens were sampled from about
+    `before`); update/logp_delta_pos|neg: the mean log-prob change of the tokens with a
+    positive / negative advantage (a working step raises the first and lowers the second)."""
+    delta = after_logp - before_logp
+    pos, neg = mask * (advantages > 0), mask * (advantages < 0)
+    return {"update/kl": ppo.masked_mean(ppo.k3_kl(after_logp, before_logp), mask),
+            "update/logp_delta_pos": _mean_or_nan(delta, pos),
+            "update/logp_delta_neg": _mean_or_nan(delta, neg),
+            "update/positive_frac": jnp.sum(pos) / jnp.maximum(jnp.sum(mask), 1.0)}
+
+
+def by_family(samples) -> dict:
+    """Mean reward and resolved rate per task family (metadata "category"): which families a
+    step pushed up or down (the step's mean hides a family that always loses)."""
+    groups: dict = {}
+    for s in samples:
+        family = s.metadata.get("category")
+        if family:
+            solved = bool((s.metadata.get("verifier") or {}).get("solved", False))
+            groups.setdefault(family, []).append((s.reward, solved))
+    out = {}
+    for family, rows in sorted(groups.items()):
+        rewards, solved = zip(*rows)
+        out[f"family/{family}/reward"] = float(np.mean(rewards))
+        out[f"family/{family}/resolved"] = float(np.mean(solved))
+        out[f"family/{family}/trials"] = len(rows)
+    return out
+
+
 def sample_stats(samples) -> dict:
     """Reward, resolution, turns, length and retokenized drift of one step's trials (host)."""
     rewards = np.array([s.reward for s in samples], np.float64)
@@ -86,7 +117,7 @@ def sample_stats(samples) -> dict:
         "length/sampled_tokens": sampled.mean(), "chunks/mean": chunks.mean(),
         "chunks/max": chunks.max(), "chunks/compactions": compactions.mean(),
         "chunks/tokens_mean": chunk_tokens.mean(), "chunks/tokens_max": chunk_tokens.max(),
-        "rollout/retokenized_drift": drift.mean(),
+        "rollout/retokenized_drift": drift.mean(), **by_family(samples),
     }
 
 

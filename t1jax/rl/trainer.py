@@ -66,6 +66,9 @@ class Settings:
     # materialising [rows, length, vocab] float32 logits (t1jax.rl.token_stats)
     logits_chunk: int = 4096
     value_head_init: str = "zeros"  # zeros | uniform (t1jax.rl.critic.VALUE_HEAD_INITS)
+    # one more forward of the updated actor per PPO step (about a sixth of the step's FLOPs):
+    # update/kl and update/logp_delta_*, how far and which way the step moved the policy
+    update_metrics: bool = True
 
     @classmethod
     def from_config(cls, rl) -> "Settings":
@@ -154,6 +157,9 @@ def per_minibatch(fn, params, tree, n: int):
     return jax.tree.map(_unsplit, out)
 
 
+AFTER_FIRST = ("actor/clip_frac", "actor/approx_kl")  # also averaged over updates 2..n
+
+
 def _train(loss_fn, params, opt_state, tx, data, s: Settings):
     """Minibatch updates of one model (lax.scan); returns params, opt state, mean metrics."""
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -167,7 +173,11 @@ def _train(loss_fn, params, opt_state, tx, data, s: Settings):
 
     (params, opt_state), aux = jax.lax.scan(update, (params, opt_state),
                                             _minibatches(data, s.minibatches, s.epochs))
-    return params, opt_state, jax.tree.map(jnp.mean, aux)
+    means = jax.tree.map(jnp.mean, aux)
+    if s.minibatches * s.epochs > 1:  # the first update's ratio is 1 by construction
+        means.update({f"{k}_after_first": jnp.mean(aux[k][1:]) for k in AFTER_FIRST
+                      if k in aux})
+    return params, opt_state, means
 
 
 def init_train_state(actor_tx, critic_tx, s: Settings, actor, critic) -> TrainState:
@@ -352,9 +362,10 @@ def _actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
     return out, stats
 
 
-def _pre_update(actor_def, s: Settings, params, batch: Batch):
-    out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature)
-    return stats["logp"], out.free_routes
+def _pre_update(actor_def, s: Settings, params, batch: Batch, entropy: bool = False):
+    out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
+                                entropy=entropy)
+    return (stats["logp"], out.free_routes) + ((stats["entropy"],) if entropy else ())
 
 
 def actor_update(actor_def, actor_tx, s: Settings, actor, actor_opt, batch: Batch, old_logp,
@@ -402,7 +413,8 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
     mask = batch.loss_mask
     # 1. the actor before the update: the log-probs PPO's ratio and the mismatch metrics use
     pre_update = functools.partial(_pre_update, actor_def, s)
-    train_logp, free_routes = per_minibatch(pre_update, state.actor, batch, s.minibatches)
+    train_logp, free_routes, entropy = per_minibatch(
+        functools.partial(pre_update, entropy=True), state.actor, batch, s.minibatches)
     train_logp = jax.lax.stop_gradient(train_logp)
     # same weights (mismatch/*, T1's measure) apart from trials older weights sampled
     fresh = batch.stale == 0
@@ -439,6 +451,10 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
                                                    state.actor_opt, batch, old_logp, advantages,
                                                    tis, ref_logp)
     metrics.update(actor_metrics)
+    metrics["policy/entropy"] = ppo.masked_mean(entropy, mask)  # the pre-update policy's
+    if s.update_metrics:
+        new_logp, _ = per_minibatch(pre_update, actor, batch, s.minibatches)
+        metrics.update(metrics_lib.update_movement(train_logp, new_logp, advantages, mask))
     new_state = dataclasses.replace(state, step=state.step + 1, actor=actor, critic=critic,
                                     actor_opt=actor_opt, critic_opt=critic_opt)
     return new_state, metrics

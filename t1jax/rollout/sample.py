@@ -70,8 +70,9 @@ class Sample:
                        chunk_starts=data["chunk_starts"] if "chunk_starts" in data else None)
 
 
-def make_sample(trajectory, report, task_id: str, attempt: int) -> Sample:
-    """Join a trajectory with its verifier report (None: the verifier failed, reward 0)."""
+def make_sample(trajectory, report, task_id: str, attempt: int, category: str = "") -> Sample:
+    """Join a trajectory with its verifier report (None: the verifier failed, reward 0).
+    category: the task's family, for per-family training metrics."""
     report_dict = report.to_dict() if report is not None else None
     if report_dict is not None:  # JSON-safe now, so the round trip is exact
         report_dict = json.loads(json.dumps(report_dict, default=str))
@@ -79,7 +80,7 @@ def make_sample(trajectory, report, task_id: str, attempt: int) -> Sample:
             "tool_calls": trajectory.tool_calls, "finish": trajectory.finish,
             "prompt_len": trajectory.prompt_len, "weight_versions": trajectory.weight_versions,
             "route_drift": trajectory.route_drift, "verifier": report_dict,
-            "compactions": int(getattr(trajectory, "compactions", 0))}
+            "compactions": int(getattr(trajectory, "compactions", 0)), "category": category}
     return Sample(tokens=trajectory.tokens, loss_mask=trajectory.loss_mask,
                   rollout_logprobs=trajectory.logprobs, routes=trajectory.routes,
                   reward=report.reward if report is not None else 0.0, metadata=meta,

@@ -332,7 +332,8 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
                             run_id=run_id, limits=task_limits(task, limits))
         finally:
             state.close()
-        sample = make_sample(traj, report, task.task_id, request.attempt)
+        sample = make_sample(traj, report, task.task_id, request.attempt,
+                             task.category or "")
         sample.metadata["carried_steps"] = request.carried_steps
         sample.metadata["retokenized_drift"] = traj.retokenized_drift
         return TrialResult(request, DONE, sample=sample)
