@@ -317,6 +317,36 @@ PLOT_TITLES = {
 }
 
 
+def _paired_pairs(evals: dict) -> list[tuple[str, str]]:
+    """(before, after) label pairs to compare: SFT over base, every PPO checkpoint over SFT."""
+    pairs = [("base", "sft")] if {"base", "sft"} <= set(evals) else []
+    if "sft" in evals:
+        pairs += [("sft", l) for l in evals if l == "ppo" or re.fullmatch(r"step_\d+", l)]
+    return pairs
+
+
+def _paired_table(evals: dict) -> list[str]:
+    """Differences paired by task, with their noise (t1jax.paired)."""
+    from t1jax.paired import paired_difference
+    rows = []
+    for before, after in _paired_pairs(evals):
+        a, b = evals[before]["trials"], evals[after]["trials"]
+        res, rew = paired_difference(a, b, "resolved"), paired_difference(a, b, "reward")
+        if not res["tasks"]:
+            continue
+        pts = lambda x: f"{100 * x:+.1f}"  # noqa: E731
+        rows.append(f"| {_md(after)} − {_md(before)} | {pts(res['mean'])} pts (SE "
+                    f"{100 * res['se']:.1f}; {pts(res['low'])} .. {pts(res['high'])}) | "
+                    f"{rew['mean']:+.3f} (SE {rew['se']:.3f}; {rew['low']:+.3f} .. "
+                    f"{rew['high']:+.3f}) | {res['tasks']} |")
+    if not rows:
+        return []
+    return ["### Differences, paired by task (mean per-task difference, its standard error, "
+            "bootstrap 95% interval over tasks)", "",
+            "| comparison | resolved rate | avg dense reward | tasks |", "|---|---|---|---|",
+            *rows, ""]
+
+
 def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Path:
     evals, out = run["evals"], []
     out += [f"# Run report: `{_md(workdir)}`", "",
@@ -349,6 +379,7 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
                        f"{_fmt(s.get('turns_mean'))} | {_fmt(s.get('tokens_mean'), 'int')} | "
                        f"{_fmt(s.get('chunks_mean', 1.0))} | {_fmt(s.get('trials'), 'int')} |")
         out.append("")
+        out += _paired_table(evals)
         for group, title in (("by_category", "Per category"), ("by_difficulty", "Per difficulty")):
             keys = sorted({k for d in evals.values() for k in (d["summary"].get(group) or {})})
             if not keys:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from t1jax import report
@@ -308,3 +309,44 @@ if __name__ == "__main__":
         proc = screenshot(out / "trajectories.html", target, size=(1280, 1250),
                           suffix="?label=ppo&task=csv")
         print(proc.returncode, target, target.stat().st_size if target.exists() else "missing")
+
+
+def test_paired_difference_by_task():
+    """Each task's attempts averaged first, then the mean per-task difference, its standard
+    error and a seeded bootstrap interval over tasks; skipped trials never count."""
+    from t1jax.paired import paired_difference
+    rng = np.random.RandomState(0)
+    solved_before, solved_after = rng.rand(10, 3) < 0.3, rng.rand(10, 3) < 0.6
+
+    def trials(solved):
+        rows = [{"task_id": f"t{i}", "attempt": a, "status": "done", "resolved": bool(v),
+                 "reward": 0.25 + 0.5 * float(v)} for i, row in enumerate(solved)
+                for a, v in enumerate(row)]
+        return rows + [{"task_id": "t0", "attempt": 9, "status": "skipped", "resolved": True}]
+
+    got = paired_difference(trials(solved_before), trials(solved_after))
+    diffs = solved_after.mean(1) - solved_before.mean(1)
+    assert got["tasks"] == 10 and got["mean"] == pytest.approx(diffs.mean())
+    assert got["se"] == pytest.approx(diffs.std(ddof=1) / np.sqrt(10))
+    assert diffs.min() <= got["low"] < got["mean"] < got["high"] <= diffs.max()
+    assert got == paired_difference(trials(solved_before), trials(solved_after))  # seeded
+    reward = paired_difference(trials(solved_before), trials(solved_after), "reward")
+    assert reward["mean"] == pytest.approx(0.5 * diffs.mean())
+    same = paired_difference(trials(solved_before), trials(solved_before))
+    assert same["mean"] == same["se"] == same["low"] == same["high"] == 0.0
+    one = paired_difference(trials(solved_before)[:3], trials(solved_after)[:3])
+    assert one["tasks"] == 1 and np.isnan(one["se"])
+
+
+def test_summary_pairs_sft_with_base_and_ppo_with_sft(built, tmp_path):
+    root, _ = built
+    run = tmp_path / "run"
+    shutil.copytree(root, run, ignore=shutil.ignore_patterns("report"))
+    shutil.copytree(run / "eval" / "base", run / "eval" / "sft")  # SFT = base, trial by trial
+    text = (report.write_report(run) / "summary.md").read_text()
+    assert "### Differences, paired by task" in text
+    assert "| sft − base | +0.0 pts (SE 0.0; +0.0 .. +0.0) | +0.000 (SE 0.000; +0.000 .. " \
+           "+0.000) | 2 |" in text
+    # csv-convert resolved by PPO only; rewards +2 and +1: two tasks, SE = sd / sqrt(2)
+    assert "| ppo − sft | +50.0 pts (SE 50.0; +0.0 .. +100.0) | +1.500 (SE 0.500; +1.000 .. " \
+           "+2.000) | 2 |" in text

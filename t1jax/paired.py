@@ -1,0 +1,50 @@
+"""Two evaluations of one task set compared task by task: the difference, its standard error
+and a bootstrap 95% interval.
+
+Why paired: tasks differ far more in difficulty than two checkpoints differ in skill, so the
+two rows' own standard errors overstate the noise of their difference. Averaging each task's
+attempts first and resampling tasks (not trials) keeps a task's attempts together, as the
+report's rows count them. Evaluated with one sampling seed (t1jax.rollout.engine.SeededCalls),
+the two policies also meet the same random numbers per attempt, which pairs them further.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RESAMPLES = 10_000
+
+
+def per_task(trials: list[dict], key: str) -> dict[str, float]:
+    """Each task's mean of `key` over its finished attempts ("resolved" counts as 0/1);
+    skipped trials and trials without the value are left out."""
+    values: dict[str, list[float]] = {}
+    for t in trials:
+        if t.get("status", "done") != "done":
+            continue
+        value = bool(t.get("resolved")) if key == "resolved" else t.get(key)
+        if isinstance(value, (bool, int, float)):
+            values.setdefault(t["task_id"], []).append(float(value))
+    return {task: float(np.mean(v)) for task, v in values.items()}
+
+
+def paired_difference(before: list[dict], after: list[dict], key: str = "resolved", *,
+                      resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """after - before over the tasks both evaluated: {tasks, mean, se, low, high}; se is the
+    standard error of the mean per-task difference, [low, high] the percentile bootstrap 95%
+    interval over tasks (seeded: the report repeats). NaN where fewer than 2 tasks pair."""
+    a, b = per_task(before, key), per_task(after, key)
+    tasks = sorted(set(a) & set(b))
+    diffs = np.array([b[t] - a[t] for t in tasks], np.float64)
+    if len(diffs) < 2:
+        mean = float(diffs.mean()) if len(diffs) else math.nan
+        return {"tasks": len(diffs), "mean": mean, "se": math.nan, "low": math.nan,
+                "high": math.nan}
+    rng = np.random.default_rng(seed)
+    boots = diffs[rng.integers(0, len(diffs), (resamples, len(diffs)))].mean(axis=1)
+    low, high = np.percentile(boots, [2.5, 97.5])
+    return {"tasks": len(diffs), "mean": float(diffs.mean()),
+            "se": float(diffs.std(ddof=1) / math.sqrt(len(diffs))),
+            "low": float(low), "high": float(high)}
