@@ -100,8 +100,10 @@ def _task_mean(rows, key: str) -> float:
 
 
 def summarize(rows: list[dict], *, label: str = "", harness: str = "",
-              attempts: int | None = None, duration_s: float = 0.0) -> dict:
-    """The summary of trials.jsonl rows (skipped rows become the `skipped` list)."""
+              attempts: int | None = None, duration_s: float = 0.0,
+              seed: int | None = None) -> dict:
+    """The summary of trials.jsonl rows (skipped rows become the `skipped` list); seed: the
+    evaluation's sampling seed (None: fresh draws, not repeatable)."""
     done = [r for r in rows if r["status"] == "done"]
     skipped = {}
     for r in rows:
@@ -141,7 +143,8 @@ def summarize(rows: list[dict], *, label: str = "", harness: str = "",
         "compactions_mean": _mean(r.get("compactions", 0) for r in done),
         "failure_modes": {m: modes.get(m, 0) for m in FAILURE_MODES if m != "skipped"},
         "skipped": [{"task_id": t, "reason": why} for t, why in sorted(skipped.items())],
-        "duration_s": round(float(duration_s), 3),
+        "skipped_by_reason": dict(Counter(skip_kind(why) for why in skipped.values())),
+        "duration_s": round(float(duration_s), 3), "sampling_seed": seed,
     }
 
 
@@ -173,8 +176,10 @@ def summary_markdown(summary: dict) -> str:
     lines += [f"| {m} | {n} |" for m, n in s["failure_modes"].items() if n]
     lines.append("")
     if s["skipped"]:
-        lines += ["## Skipped tasks (not counted in the rates)", "", "| task | reason |",
+        lines += ["## Skipped tasks (not counted in the rates)", "", "| reason | tasks |",
                   "|---|---|"]
+        lines += [f"| {_cell(k)} | {n} |" for k, n in (s.get("skipped_by_reason") or {}).items()]
+        lines += ["", "| task | reason |", "|---|---|"]
         lines += [f"| {x['task_id']} | {_cell(x['reason'])} |" for x in s["skipped"]]
         lines.append("")
     return "\n".join(lines)
@@ -249,6 +254,33 @@ def skip_reason(task, allow_network: bool, internet: str = "skip") -> str | None
                 "when unset) and the sandbox has none (config.sandbox.allow_network=False; "
                 "config.internet_tasks=run runs it offline anyway)")
     return None
+
+
+SKIP_KINDS = ("needs the internet", "image build failed")
+
+
+def skip_kind(reason: str) -> str:
+    """The kind of a skip reason, for counting skips per reason (the reason itself names the
+    task's own error)."""
+    return next((k for k in SKIP_KINDS if reason.startswith(k)), reason.split(":")[0][:60])
+
+
+def skipped_note(summary: dict) -> str | None:
+    """One line a user must see when tasks were skipped: how many of how many, and why."""
+    counts = summary.get("skipped_by_reason") or {}
+    if not counts:
+        return None
+    total = summary["tasks"] + len(summary["skipped"])
+    why = "; ".join(f"{n} {kind}" for kind, n in counts.items())
+    hints = []
+    if "needs the internet" in counts:
+        hints.append("--config.sandbox.allow_network=True where sandboxes may reach the "
+                     "internet, or --config.internet_tasks=run to run them offline anyway")
+    if "image build failed" in counts:
+        hints.append("the build errors are in summary.md (a build that needs the network: "
+                     "--config.sandbox.build_network=host)")
+    return (f"skipped {len(summary['skipped'])} of {total} tasks ({why}): not counted in the "
+            f"rates. " + "; ".join(hints))
 
 
 def sample_name(task_id: str, attempt: int) -> str:
@@ -430,8 +462,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
             f.write(json.dumps(row) + "\n")
     partial.unlink(missing_ok=True)
     summary = summarize(rows, label=label, harness=harness, attempts=attempts,
-                        duration_s=time.monotonic() - t_start)
-    summary["sampling_seed"] = seed  # None: fresh draws, not repeatable
+                        duration_s=time.monotonic() - t_start, seed=seed)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "summary.md").write_text(summary_markdown(summary))
     return summary
@@ -443,5 +474,5 @@ def read_trials(path) -> list[dict]:
 
 
 __all__ = ["FAILURE_MODES", "HARNESSES", "evaluate", "failure_mode",
-           "pass_at_k", "read_trials", "segments", "skip_reason", "summarize",
-           "summary_markdown"]
+           "pass_at_k", "read_trials", "segments", "skip_kind", "skip_reason", "skipped_note",
+           "summarize", "summary_markdown"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t1jax.eval import evaluate, pass_at_k, read_trials, summarize
+from t1jax.eval import evaluate, pass_at_k, read_trials, skipped_note, summarize
 from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.oracle_data import FINAL_ANSWER, oracle_commands
 from t1jax.rollout.chat import IM_END, render_tool_call
@@ -186,6 +186,10 @@ def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
     assert "build failed" in skipped["broken-build"]
     assert all(r["failure_mode"] == "skipped" and r["skip_reason"] for r in rows
                if r["status"] == "skipped")
+    assert summary["skipped_by_reason"] == {"needs the internet": 1, "image build failed": 1}
+    note = skipped_note(summary)
+    assert note.startswith("skipped 2 of 5 tasks (1 needs the internet; 1 image build failed)")
+    assert "--config.internet_tasks=run" in note and "build_network=host" in note
 
     # the numbers
     assert summary["tasks"] == 3 and summary["trials"] == 6 and summary["attempts"] == 2
@@ -213,6 +217,7 @@ def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
     assert again == summary
     md = (out / "summary.md").read_text()
     assert "pass@2" in md and "broken-build" in md and "needs-internet" in md
+    assert "| needs the internet | 1 |" in md and "| image build failed | 1 |" in md
 
     # segments: they concatenate to the decoded sequence; the trained ones are the outputs
     for r in done:
@@ -275,6 +280,24 @@ def test_eval_job_end_to_end(docker_backend, tmp_path):
     assert len(list((workdir / "samples").glob("*.npz"))) == 2
     # stdout is a pipe here, as under tee or CI: progress comes as plain lines
     assert "[progress] base trials (tools): 2/2 (100%)" in proc.stdout
+
+
+def test_an_evaluation_that_runs_nothing_fails_and_says_why(docker_backend, tmp_path):
+    """Every task needs the internet and the sandbox has none: the job exits non-zero, and
+    its last lines say how many tasks were skipped, why, and which key changes that."""
+    tasks = tmp_path / "tasks"
+    _copy_task(SEED / NOTHING_TASK, tasks / "online-only",
+               toml_sub=("allow_internet = false", "allow_internet = true"))
+    cmd = [sys.executable, str(ROOT / "experiments" / "run.py"),
+           "--config", str(ROOT / "configs" / "eval.py") + ":smoke", "--workdir",
+           str(tmp_path / "run"), "--config.tasks", str(tasks), "--config.engine", "embedded",
+           "--config.task_filter", ""]
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "WARNING: skipped 1 of 1 tasks (1 needs the internet)" in proc.stderr
+    assert "--config.internet_tasks=run" in proc.stderr
+    assert "ERROR: evaluated no task of 1" in proc.stderr
 
 
 @pytest.mark.slow

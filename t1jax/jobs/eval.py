@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def run(config, workdir: Path) -> int:
     _check(config)
     from t1jax.jobs.progress import job_progress
 
-    from t1jax.eval import evaluate
+    from t1jax.eval import evaluate, skipped_note
     from t1jax.rollout.engine import SamplingParams, derived_seed
     from t1jax.rollout.tokenizer import load_or_train
     from t1jax.tasks.pool import default_pool_dir
@@ -167,4 +168,11 @@ def run(config, workdir: Path) -> int:
                       if k not in ("by_category", "by_difficulty")}, indent=2))
     print(f"wrote {workdir / 'trials.jsonl'}, {workdir / 'summary.json'} and "
           f"{workdir / 'summary.md'}")
+    note = skipped_note(summary)
+    if note:  # last, where a user looks: a rate over fewer tasks than asked for
+        print(f"WARNING: {note}", file=sys.stderr)
+    if summary["trials"] == 0:
+        print(f"ERROR: evaluated no task of {len(tasks)} in {pool_dir}; nothing to report",
+              file=sys.stderr)
+        return 1
     return 0
