@@ -8,6 +8,10 @@ Variants (the argument after the colon):
                  replaying the rollout's expert selection
   binary_reward  PPO optimises the solved/unsolved outcome instead of T1's dense reward
                  (rl.reward=binary); every other axis matched (pool, SFT actor, critic, seeds)
+  shuffled_reward
+                 a control, not a method: each step's dense rewards permuted over its trials
+                 (rl.reward=shuffled), so the updates are as large but carry no information; a
+                 held-out fall as large as the main run's is optimizer drift
   cold_critic    no Critic Warm-Up: PPO starts from a critic whose backbone is the SFT actor and
                  whose value head is fresh (warmup.steps=0); the head starts at zero, so
                  its values start at 0 everywhere
@@ -40,6 +44,7 @@ from configs import tiny_cpu
 VARIANTS = {
     "no_r3": lambda c: setattr(c.rl, "r3", False),
     "binary_reward": lambda c: setattr(c.rl, "reward", "binary"),
+    "shuffled_reward": lambda c: setattr(c.rl, "reward", "shuffled"),
     "cold_critic": lambda c: setattr(c.warmup, "steps", 0),
     "cold_critic_random_head": lambda c: (setattr(c.warmup, "steps", 0),
                                           setattr(c.rl, "value_head_init", "uniform")),

@@ -17,7 +17,7 @@ JOB_CONFIGS = {
     "qwen3_30b_a3b": [None, "sft", "critic_warmup"],
     "qwen3_235b_a22b": [None, "sft", "critic_warmup"],
     "t1_qwen35_122b": [None, "sft", "critic_warmup"],
-    "ablations": ["no_r3", "binary_reward", "cold_critic", "cold_critic_random_head", "one_step_off", "sync", "no_tito"],
+    "ablations": ["no_r3", "binary_reward", "shuffled_reward", "cold_critic", "cold_critic_random_head", "one_step_off", "sync", "no_tito"],
 }
 
 

@@ -389,6 +389,23 @@ def test_pack_binary_reward_is_the_verifier_outcome_dense_is_the_sample_reward()
         do_pack([solved], reward="sparse")
 
 
+def test_pack_shuffled_rewards_permute_the_batch_rewards_repeatably():
+    """The control: the same multiset of rewards on the same last sampled tokens, moved to
+    other trials, the same way on a rerun."""
+    samples = [make_sample(12, i, reward=r) for i, r in enumerate((0.1, 0.2, 0.3, 0.4, 0.5, 0.6))]
+
+    def rewards(reward):
+        packed = do_pack(samples, packing=False, reward=reward)
+        return [float(packed.batch.rewards[row].sum()) for _, row, _, _ in
+                sorted(packed.placements)], packed
+    dense, dense_packed = rewards("dense")
+    shuffled, shuffled_packed = rewards("shuffled")
+    assert sorted(shuffled) == pytest.approx(sorted(dense)) and shuffled != dense
+    assert shuffled == rewards("shuffled")[0]
+    np.testing.assert_array_equal(dense_packed.batch.rewards != 0,
+                                  shuffled_packed.batch.rewards != 0)
+
+
 @pytest.mark.parametrize("multiple", [1, 2, 3, 4])
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 7, 9])
 def test_pack_rows_rounded_to_multiple_times_power_of_two(multiple, count):

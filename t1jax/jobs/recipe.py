@@ -120,7 +120,7 @@ class Recipe:
         def tick(kind, what=""):
             if counted and kind not in counted:
                 return
-            self.bars.update(task, advance=1, info=str(what)[:40])
+            self.bars.update(task, advance=1, info="" if what is None else str(what)[:40])
         return tick
 
     # -- shared pieces -----------------------------------------------------------------------

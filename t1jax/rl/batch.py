@@ -22,6 +22,7 @@ after a sample's last sampled token (observation glue no loss ever reads) is lef
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import jax
 import numpy as np
@@ -114,13 +115,14 @@ def _pieces(sample, limit: int) -> list[tuple[int, int]] | str:
     return [(a, a + _end_after_sampled(sample.loss_mask[a:b])) for a, b in pieces]
 
 
-REWARDS = ("dense", "binary")
+REWARDS = ("dense", "binary", "shuffled")
 
 
 def trained_reward(sample, reward: str = "dense") -> float:
     """The scalar the trainer optimises: T1's dense reward (passed assertions on the pool's fixed
-    scale), or the binary outcome (1 if the verifier says solved) for the single-axis ablation."""
-    if reward == "dense":
+    scale), or the binary outcome (1 if the verifier says solved) for the single-axis ablation.
+    ("shuffled" is a property of a batch: see shuffled_rewards.)"""
+    if reward in ("dense", "shuffled"):
         return sample.reward
     if reward == "binary":
         return float(bool((sample.metadata.get("verifier") or {}).get("solved", False)))
@@ -137,6 +139,16 @@ def is_stale(sample, version: int | None) -> bool:
                if str(v).lstrip("-").isdigit())
 
 
+def shuffled_rewards(samples) -> list[float]:
+    """The control of a reward ablation: the batch's dense rewards permuted over its trials,
+    so a step is as large as with real rewards but says nothing about what was done. A policy
+    that falls as much under it as under the real reward falls from optimizer drift, not from
+    what the reward teaches. Seeded by the trials' ids: a rerun permutes alike."""
+    key = "/".join(f"{s.metadata.get('task_id')}:{s.metadata.get('attempt')}" for s in samples)
+    order = np.random.default_rng(zlib.crc32(key.encode())).permutation(len(samples))
+    return [float(samples[k].reward) for k in order]
+
+
 def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1,
          packing: bool = True, overlong: str = "error", reward: str = "dense",
          version: int | None = None) -> Packed:
@@ -144,7 +156,7 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
 
     row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
     packing=False puts one sample per row. overlong: "error" | "drop". reward: "dense" |
-    "binary" (trained_reward). version: the weight version being trained; the trials older
+    "binary" (trained_reward) | "shuffled" (shuffled_rewards). version: the weight version being trained; the trials older
     weights sampled (is_stale) are marked in Batch.stale.
     """
     if reward not in REWARDS:
@@ -171,6 +183,9 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
     if not kept:
         raise ValueError("no sample to train on" + (f": all {len(dropped)} were overlong"
                                                     if dropped else ""))
+    given = {i: trained_reward(samples[i], reward) for i in kept}
+    if reward == "shuffled":
+        given = dict(zip(kept, shuffled_rewards([samples[i] for i in kept])))
     items = [(i, j, a, b) for i in kept for j, (a, b) in enumerate(pieces_of[i])]
     length = pick_bucket(max(b - a for _, _, a, b in items), buckets)
     rows_fill: list[int] = []
@@ -219,7 +234,7 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         sampled = np.flatnonzero(mask)
         first_sampled[i, j] = row * length + start + (int(sampled[0]) if len(sampled) else 0)
         if len(sampled) and j == len(pieces_of[i]) - 1:
-            a["rewards"][row, start + sampled[-1]] = trained_reward(s, reward)
+            a["rewards"][row, start + sampled[-1]] = given[i]
         placements.append((i, row, start, end))
         piece_starts.append(c_start)
     for i, j, c_start, c_end in items:

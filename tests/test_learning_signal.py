@@ -1,0 +1,211 @@
+"""PPO learns from reward alone, by a margin luck cannot reach (issue #27, item 2).
+
+Why: every other trainer test checks a piece (GAE, the clip, R3's replay, sharding) or that a
+step runs; none shows that the whole pipeline -- engine samples, Sample routes and log-probs,
+packing, critic, whitened advantages, the PPO update, publishing the new weights -- moves the
+policy towards what is rewarded. A sign error on that path (advantages, log-ratio, loss) need
+not turn any of them red; it turns this one red.
+
+The task: four fixed prompts of four ids; the policy answers with two sampled ids, and the
+reward is 1 when the first is in a target set, else 0. The target set is the initial policy's
+most likely first answer ids (mean over prompts), taken until their mass reaches 0.3, so the
+initial success rate is ~30% and the optimal policy is known (all mass on the set). Success is
+measured exactly, not by sampling: the mass the policy puts on the set at the first answer
+position, one forward pass, averaged over the prompts. Only the training draws are random, and
+they are seeded (engine seed per trial, trainer seed 0): the test is deterministic.
+
+Everything is the real thing, no mocks: the tiny Qwen3-MoE (test_sharding.tiny_config: layer 0
+dense, layer 1 top-2 of 8 experts), the embedded JaxEngine as the train job builds it, Samples
+with the engine's routes (the last token's row -1: the model never ran on it), Trainer.ppo_step
+with the default critic, the new actor published to the engine after every step as
+LiveRollouts.publish does. 16 steps of 32 trials (4 prompts x 8 attempts), actor lr 3e-3.
+
+Variants, each over seeds 0-3:
+  normal            success must rise;
+  flipped sign      trained on reward 1 - r, whose whitened advantages are exactly the negated
+                    ones (see `collect`): success must fall, and fails the normal assertion;
+  r3=False          free routing in the trainer: success must still rise. The rollouts come
+                    from the weights being trained (sync), so the replayed experts are the ones
+                    the router picks anyway (mismatch/routing_disagreement is 0) and the gains
+                    equal the normal ones; R3 matters when they differ, which test_trainer and
+                    test_r3 cover.
+TITO (token-in, token-out across turns) has no meaning here: one turn, no text is re-encoded.
+
+Measured (16 steps; gain = final - initial success, initial 0.3015; seeds 0-7):
+  normal    +0.284 +0.259 +0.218 +0.241 +0.280 +0.230 +0.248 +0.287  mean +0.256, std 0.026
+  flipped   -0.106 -0.149 -0.128 -0.106 -0.115 -0.136 -0.156 -0.121  mean -0.127, std 0.019
+  r3=False  equal to normal (seeds 0-3 run here: the same four numbers)
+  no signal -0.033 -0.035 -0.036 -0.031 -0.026 -0.029 -0.039 -0.031  mean -0.033, std 0.004
+"No signal" (measured offline, not run here) is the normal run with rewards drawn at random
+(p = 0.3) whatever the answer: PPO's updates then drift the policy off the initial one, and
+the target set, being the initial most likely ids, loses a little mass. That is what luck
+gives. The bar, for every seed: gain > max(MIN_GAIN, 4 x the std of the gains across seeds).
+MIN_GAIN = 0.15 is 45 no-signal stds above the no-signal drift, 6 seed-to-seed stds above zero,
+and 4 below the measured mean (the worst of 8 seeds, +0.218, clears it by 0.07), so a working
+trainer clears it with room and chance cannot; the flipped gains (all < 0) fail it, as
+`test_flipped_advantage_sign_lowers_it` asserts. (The fall is slower than the rise: the drift
+above pulls both down, and success moves on a sigmoid that flattens towards 0.)
+
+Cost: three compiles dominate (trainer init, ppo step per Settings, engine prefill and decode);
+one Trainer per Settings is reset to its initial state for every seed and batches keep one shape
+(16 rows of 16), so each step compiles once. 2-3 s per 16-step run on 2 cores; the file
+~75 s with an empty compilation cache.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from t1jax import sharding
+from t1jax.rl.trainer import Settings, Trainer
+from t1jax.rollout.batching import embedded_engine
+from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.sample import Sample
+
+from test_sharding import FAST_COMPILE, tiny_config
+from test_trainer import fast  # noqa: F401 (fixture: the trainer compiles with FAST_COMPILE)
+
+pytestmark = pytest.mark.slow
+
+CFG = tiny_config()
+PROMPTS = np.random.RandomState(0).randint(0, CFG.vocab_size, (4, 4)).tolist()
+ATTEMPTS = 8  # per prompt and step
+TRIALS = len(PROMPTS) * ATTEMPTS
+ANSWER_TOKENS = 2  # the reward reads the first; the second is trained on the same return
+STEPS = 16
+SEEDS = (0, 1, 2, 3)
+TARGET_MASS = 0.3
+SETTINGS = Settings(gamma=1.0, lam=1.0, actor_lr=3e-3, min_length=16, max_length=32)
+MIN_GAIN = 0.15
+
+
+@functools.partial(jax.jit, static_argnums=0, compiler_options=FAST_COMPILE)
+def answer_distribution(actor_def, actor_params):
+    """The policy's distribution of the first answer id, [prompts, vocab]."""
+    logits = nnx.merge(actor_def, actor_params)(jnp.asarray(PROMPTS)).logits[:, -1]
+    return jax.nn.softmax(logits / SETTINGS.temperature, axis=-1)
+
+
+def target_tokens(probs) -> np.ndarray:
+    """The most likely first answer ids (mean over prompts) until their mass reaches
+    TARGET_MASS."""
+    mean = np.asarray(probs).mean(0)
+    order = np.argsort(-mean)
+    return order[:int(np.searchsorted(np.cumsum(mean[order]), TARGET_MASS)) + 1]
+
+
+def to_sample(prompt, result, reward: float, task_id: str, attempt: int, version: int):
+    tokens = list(prompt) + list(result.output_ids)
+    sampled = np.arange(len(tokens)) >= len(prompt)
+    logprobs = np.zeros(len(tokens), np.float32)
+    logprobs[sampled] = result.output_logprobs
+    # the engine's routes cover every position but the last (never run); that row stays -1
+    routes = np.full((len(tokens), CFG.num_hidden_layers, CFG.num_experts_per_tok), -1,
+                     np.int32)
+    routes[:len(tokens) - 1] = result.routed_experts
+    return Sample(tokens, sampled, logprobs, routes, reward,
+                  {"task_id": task_id, "attempt": attempt, "weight_versions": [str(version)]})
+
+
+class Learner:
+    """A Trainer and the engine it publishes to, rerun from the same initial policy per seed
+    (one compile of the step for all runs)."""
+
+    def __init__(self, settings: Settings, engine=None):
+        self.trainer = Trainer(CFG, settings, sharding.make_mesh(devices=jax.devices()[:1]),
+                               seed=0)
+        self.initial = jax.tree.map(jnp.copy, self.trainer.state)  # steps donate the state
+        self.engine = engine or embedded_engine(self.trainer.actor_model(), max_batch=TRIALS,
+                                                max_len=settings.max_length)
+        self.target = target_tokens(self.distribution())
+        self.initial_success = self.success()
+
+    def distribution(self):
+        return answer_distribution(self.trainer.actor_def, self.trainer.state.actor)
+
+    def success(self) -> float:
+        """Exact: the mass on the target set at the first answer position, mean over prompts."""
+        return float(np.asarray(self.distribution())[:, self.target].sum(-1).mean())
+
+    def collect(self, seed: int, step: int, flip: bool) -> list[Sample]:
+        """One step's trials. flip trains on 1 - r: with gamma = lam = 1 a token's advantage is
+        its trial's return minus V, and whitening removes the constant 1, so the advantages are
+        exactly -whiten(r) while the critic predicts 0 (its start), and nearly so while it stays
+        near it (with the default critic_lr, |critic/values_mean| < 0.003 over a run;
+        test_flipped_advantage_sign_lowers_it checks < 0.01)."""
+        prompts = [p for p in PROMPTS for _ in range(ATTEMPTS)]
+        first = (seed * STEPS + step) * TRIALS  # every trial of every run its own seed
+        sampling = [SamplingParams(temperature=SETTINGS.temperature,
+                                   max_new_tokens=ANSWER_TOKENS, seed=first + i)
+                    for i in range(TRIALS)]
+        target = set(self.target.tolist())
+        samples = []
+        for i, (prompt, result) in enumerate(zip(prompts, self.engine.generate(prompts,
+                                                                               sampling))):
+            hit = float(result.output_ids[0] in target)
+            samples.append(to_sample(prompt, result, 1.0 - hit if flip else hit,
+                                     f"prompt{i // ATTEMPTS}", i, step))
+        return samples
+
+    def run(self, seed: int, flip: bool = False):
+        """STEPS PPO steps from the initial policy; returns (success gain, the steps' metrics)."""
+        self.trainer.state = jax.tree.map(jnp.copy, self.initial)
+        self.engine.load_weights(self.trainer.actor_params(), "0")
+        history = []
+        for step in range(STEPS):
+            history.append(self.trainer.ppo_step(self.collect(seed, step, flip), version=step))
+            self.engine.load_weights(self.trainer.actor_params(), str(step + 1))  # publish
+        return self.success() - self.initial_success, history
+
+
+def clears_the_bar(gains) -> bool:
+    """Every seed gains more than MIN_GAIN and 4 x the seed-to-seed std."""
+    return min(gains) > max(MIN_GAIN, 4 * float(np.std(gains, ddof=1)))
+
+
+@pytest.fixture(scope="module")
+def replayed(fast):  # noqa: F811
+    return Learner(SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def free_routing(replayed):
+    """r3=False, same initial policy and target set; shares the engine (and its compiles)."""
+    return Learner(dataclasses.replace(SETTINGS, r3=False), engine=replayed.engine)
+
+
+def test_initial_policy_succeeds_a_third_of_the_time(replayed):
+    assert 0.2 <= replayed.initial_success <= 0.4, replayed.initial_success
+
+
+def test_ppo_raises_the_success_rate(replayed):
+    runs = [replayed.run(seed) for seed in SEEDS]
+    gains = [g for g, _ in runs]
+    print("normal gains", np.round(gains, 3))
+    assert clears_the_bar(gains), gains
+    # the engine sampled with the weights trained on: log-probs and routes agree
+    for _, history in runs:
+        assert all(abs(m["mismatch/logprob_gap"]) < 1e-4 for m in history)
+        assert all(m["mismatch/routing_disagreement"] == 0 for m in history)
+
+
+def test_flipped_advantage_sign_lowers_it(replayed):
+    runs = [replayed.run(seed, flip=True) for seed in SEEDS]
+    gains = [g for g, _ in runs]
+    print("flipped gains", np.round(gains, 3))
+    assert max(gains) < 0, gains
+    assert not clears_the_bar(gains)  # the normal test would catch a flipped sign
+    # 1 - r is the negated advantage only while V stays ~0 (Learner.collect)
+    assert all(abs(m["critic/values_mean"]) < 0.01 for _, h in runs for m in h)
+
+
+def test_free_routing_learns_too(free_routing, replayed):
+    assert (free_routing.target == replayed.target).all()  # same seed, same initial policy
+    gains = [free_routing.run(seed)[0] for seed in SEEDS]
+    print("r3=False gains", np.round(gains, 3))
+    assert clears_the_bar(gains), gains
