@@ -64,6 +64,24 @@ def test_health_rules_ignore_invariants_only():
     assert not summary["pool_healthy"]
 
 
+def test_outside_tasks_are_judged_without_our_naming():
+    """An outside task names no invariants: doing nothing that passes some of its assertions
+    (an input it leaves intact, under any name) is healthy and listed as a leak; doing nothing
+    that passes all of them, or an oracle that fails one, is not."""
+    oracle = lambda t, statuses: EpisodeResult(  # noqa: E731
+        t, "oracle", report([(f"t::test_{i}", s) for i, s in enumerate(statuses)],
+                            all(s == "passed" for s in statuses)), 0, 0)
+    nothing = lambda t, statuses: EpisodeResult(  # noqa: E731
+        t, "nothing", report([(f"t::test_{i}", s) for i, s in enumerate(statuses)], False), 0, 0)
+    results = [oracle("some", ["passed"] * 3), nothing("some", ["passed", "failed", "failed"]),
+               oracle("all", ["passed"] * 2), nothing("all", ["passed", "passed"]),
+               oracle("none", ["passed"] * 2), nothing("none", ["failed", "failed"]),
+               oracle("bad-oracle", ["passed", "failed"]), nothing("bad-oracle", ["failed"] * 2)]
+    summary = summarize(results, GlobalScale(3, "t"))
+    assert summary["unhealthy"] == ["all", "bad-oracle"]
+    assert summary["nothing_leaks"] == ["some"]
+
+
 def test_scale_comes_from_static_counts_or_config():
     tasks = load_pool(default_pool_dir()).tasks
     counts = sorted(static_assertion_count(t) for t in tasks)

@@ -1,10 +1,13 @@
 """Pool validation: run every task with the oracle agent (its reference solution) and with a
-do-nothing agent, verify both, and call the pool healthy when every oracle run passes every
-assertion and no do-nothing run passes an assertion that checks the task's goal.
+do-nothing agent, verify both, and call a task healthy when its oracle passes every assertion
+and doing nothing does not pass all of its goal assertions (nor solve it).
 
-Assertions named `test_invariant_*` check something already true before the agent acts (an input
-left intact); every other assertion is a goal assertion. This is the first phase of every run: a
-task whose verifier cannot tell done from not-done teaches nothing.
+Assertions named `test_invariant_*` (our naming; no outside task follows it) check something
+already true before the agent acts (an input left intact); every other assertion counts as a
+goal assertion. That doing nothing passes some assertions is normal in outside tasks (they check
+invariants under any name), so it is not a defect; it is listed as a leak (`nothing_leaks`):
+with a dense reward, doing nothing then scores above the floor. This is the first phase of every
+run: a task whose verifier cannot tell done from not-done teaches nothing.
 """
 
 from __future__ import annotations
@@ -162,13 +165,16 @@ def summarize(results: list[EpisodeResult], scale: GlobalScale) -> dict:
                   and r.report.passed == r.report.total and r.report.solved)
             row["oracle_ok"] = ok
         elif r.agent == "nothing":
-            row["nothing_ok"] = r.report is not None and r.goal_passed == 0 and \
-                not r.report.solved
+            goals = len(goal_assertions(r.report)) if r.report is not None else 0
+            row["nothing_ok"] = (r.report is not None and not r.report.solved
+                                 and r.goal_passed < goals)
+            row["nothing_leak"] = r.report is not None and 0 < r.goal_passed < goals
     for row in by_task.values():
         row["healthy"] = bool(row.get("oracle_ok", True) and row.get("nothing_ok", True))
     unhealthy = sorted(t for t, row in by_task.items() if not row["healthy"])
+    leaks = sorted(t for t, row in by_task.items() if row.get("nothing_leak"))
     return {"tasks": len(by_task), "healthy": len(by_task) - len(unhealthy),
-            "unhealthy": unhealthy, "pool_healthy": not unhealthy,
+            "unhealthy": unhealthy, "pool_healthy": not unhealthy, "nothing_leaks": leaks,
             "global_scale": scale.value, "global_scale_source": scale.source}
 
 
@@ -194,6 +200,9 @@ def write_tables(results: list[EpisodeResult], summary: dict, out_dir: Path) -> 
                      + f" | {r.total_s:.1f} | {note.replace('|', '/')[:200]} |")
     if summary["unhealthy"]:
         lines += ["", "Unhealthy: " + ", ".join(summary["unhealthy"])]
+    if summary.get("nothing_leaks"):
+        lines += ["", "Doing nothing passes some goal assertions (healthy, but it scores above "
+                  "the floor with a dense reward): " + ", ".join(summary["nothing_leaks"])]
     (out_dir / "results.md").write_text("\n".join(lines) + "\n")
 
 
