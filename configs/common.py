@@ -11,6 +11,9 @@ def sandbox_config() -> ml_collections.ConfigDict:
     sandbox.allow_network = False  # a task's allow_internet only counts when this is True
     sandbox.runtime = ""  # Docker runtime: "" (the daemon's default, runc) | runc | runsc (gVisor)
     sandbox.build_network = "none"  # network for `docker build` (host to apt-get in builds)
+    # public base -> local image, over t1jax.sandbox.images.DEFAULT_BASE_MAP (Docker only):
+    # "python:3.12-slim=t1jax/base:bookworm,node:20=my/node:20"; "*=IMAGE" maps every other base
+    sandbox.base_map = ""
     sandbox.pids = 512
     sandbox.max_output_bytes = 10_000  # per command, head + tail kept (Terminus-2: 10 KB)
     sandbox.command_timeout_s = 180.0

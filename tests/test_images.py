@@ -217,8 +217,36 @@ def test_failing_run_raises_with_task_id_and_log_tail(docker_backend, tmp_path, 
     message = str(info.value)
     assert f"task {name}" in message and str(task.dockerfile) in message
     assert "marker-42" in message  # the command's own output, from the build log's tail
+    assert "build_network" not in message  # nothing here asked for the network
     assert not any(t.startswith(f"t1jax-task/{name}:")
                    for img in docker_backend.client.images.list() for t in img.tags)
+
+
+def test_a_build_that_needs_the_network_says_which_key_gives_it(docker_backend, tmp_path,
+                                                                 unique):
+    """Builds get no network by default; apt's resolver errors alone do not say why, so the
+    error names --config.sandbox.build_network=host."""
+    name = f"apt-build-{unique}"
+    task = load_task(write_task(tmp_path, name, f"FROM {BASE}\nRUN apt-get update && "
+                                "apt-get install -y --no-install-recommends sl\n"))
+    with pytest.raises(SandboxError) as info:
+        docker_backend.build(task)
+    message = str(info.value)
+    assert f"task {name}" in message and "--config.sandbox.build_network=host" in message
+    assert "Temporary failure resolving" in message  # apt's own words stay in the tail
+
+
+def test_base_map_from_the_run_config():
+    """config.sandbox.base_map adds to (or overrides) the default map; a malformed entry is a
+    usage error naming the key and the form."""
+    from t1jax.jobs import UsageError, base_map
+    got = base_map(" node:20=my/node:20 ,*=t1jax/base:bookworm")
+    assert got["node:20"] == "my/node:20" and got["*"] == BASE
+    assert got["ubuntu:24.04"] == images.DEFAULT_BASE_MAP["ubuntu:24.04"]
+    assert base_map("") == images.DEFAULT_BASE_MAP
+    with pytest.raises(UsageError, match=r"config\.sandbox\.base_map: 'node:20' is not "
+                                         r"PUBLIC=LOCAL"):
+        base_map("node:20")
 
 
 def test_docker_image_task_uses_the_named_image(docker_backend, tmp_path):

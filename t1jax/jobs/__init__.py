@@ -20,8 +20,22 @@ def sandbox_backend(sandbox):
     from t1jax.sandbox.backend import make_backend
     options = {}
     if sandbox.backend == "docker":
-        options = dict(runtime=sandbox.runtime or None, build_network=sandbox.build_network)
+        options = dict(runtime=sandbox.runtime or None, build_network=sandbox.build_network,
+                       base_map=base_map(sandbox.get("base_map", "")))
     return make_backend(sandbox.backend, **options)
+
+
+def base_map(text: str) -> dict:
+    """config.sandbox.base_map ("public=local,...") over the default map of public bases."""
+    from t1jax.sandbox.images import DEFAULT_BASE_MAP
+    out = dict(DEFAULT_BASE_MAP)
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        public, sep, local = item.partition("=")
+        if not sep or not public.strip() or not local.strip():
+            raise UsageError(f"config.sandbox.base_map: {item!r} is not PUBLIC=LOCAL (e.g. "
+                             "python:3.12-slim=t1jax/base:bookworm; *=IMAGE maps every other)")
+        out[public.strip()] = local.strip()
+    return out
 
 
 def sandbox_limits(sandbox):

@@ -27,6 +27,11 @@ DEFAULT_BASE_MAP = {
     "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624": LOCAL_BASE_IMAGE,
     "ghcr.io/laude-institute/t-bench/python-3-13:20250620": LOCAL_BASE_IMAGE,
 }
+# what apt, pip, curl and git print when a build has no network
+_NO_NETWORK = re.compile(r"Temporary failure resolving|Could not resolve|Name or service not "
+                         r"known|Network is unreachable|Failed to establish a new connection|"
+                         r"No address associated with hostname|Temporary failure in name "
+                         r"resolution|unable to access 'https?://", re.I)
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", re.I | re.M)
 
 
@@ -74,7 +79,9 @@ def resolve_bases(client, dockerfile_text: str, base_map: dict, where: str) -> N
         if target is None:
             raise SandboxError(
                 f"{where}: base image {ref!r} is not present locally and no registry is reachable;"
-                f" build it, or map it to a local image in the run config (sandbox.base_map)")
+                f" build or load it, or map it to a local stand-in: "
+                f"--config.sandbox.base_map={ref}={LOCAL_BASE_IMAGE} (Debian bookworm with "
+                f"python3 and pytest; '*={LOCAL_BASE_IMAGE}' maps every unknown base)")
         if not _image_exists(client, target):
             raise SandboxError(f"{where}: base image {ref!r} maps to {target!r}, which is missing;"
                                " run scripts/setup.sh to build the sandbox base image")
@@ -104,7 +111,12 @@ def build_task_image(client, task_id: str, context_dir: Path, dockerfile: Path, 
                             timeout=int(timeout_s))
     except docker.errors.BuildError as err:
         log = "".join(str(chunk.get("stream", chunk.get("error", ""))) for chunk in err.build_log)
-        raise SandboxError(f"task {task_id}: building {where} failed: {err.msg}\n{log[-2000:]}")
+        hint = ""
+        if network_mode == "none" and _NO_NETWORK.search(log + err.msg):
+            hint = ("; the build reached for the network, which builds do not get by default: "
+                    "--config.sandbox.build_network=host lets `docker build` use the host's")
+        raise SandboxError(f"task {task_id}: building {where} failed: {err.msg}{hint}\n"
+                           f"{log[-2000:]}")
     except docker.errors.APIError as err:
         raise SandboxError(f"task {task_id}: building {where} failed: {err}") from err
     return tag
