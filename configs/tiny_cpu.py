@@ -54,7 +54,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.fleet_urls = ""
     config.rollouts.weights_dir = ""
     config.rollouts.batch_size = 8  # trials per PPO step
-    config.rollouts.oversample = 1.25
+    # 1: every launched trial is trained, so a seeded run repeats (with more, which trials a
+    # step admits depends on timing); the real-scale configs oversample to cut the tail
+    config.rollouts.oversample = 1.0
     config.rollouts.carry_over = True
     config.rollouts.max_turns = 3
     config.rollouts.max_new_tokens = 48

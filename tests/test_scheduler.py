@@ -92,6 +92,15 @@ def test_admits_exactly_batch_size_fastest_and_carries_stragglers():
     assert sorted(r.task_id for r in step2.unlaunched) == ["n0", "n1", "n2"]
 
 
+def test_admitted_trials_come_in_launch_order_whatever_order_they_finish():
+    """A step whose trials are the same packs the same batch: the slowest-first requests
+    finish fastest-first, and the samples still come in request order."""
+    step = RolloutScheduler(FakeTrials(), max_concurrency=4).collect(
+        requests([8, 6, 4, 2]), 4, oversample=1.0)
+    assert [s["key"][0] for s in step.samples] == ["t0", "t1", "t2", "t3"]
+    assert [r.request.key[0] for r in step.admitted] == ["t0", "t1", "t2", "t3"]
+
+
 def test_carry_over_false_drops_stragglers():
     fake = FakeTrials()
     reqs = requests([1, 1, 40, 40])

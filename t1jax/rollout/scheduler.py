@@ -63,7 +63,7 @@ class TrialResult:
 
 @dataclasses.dataclass
 class StepResult:
-    samples: list  # the admitted results' samples, in finishing order
+    samples: list  # the admitted results' samples, in launch order
     admitted: list[TrialResult]  # at most batch_size, DONE only
     dropped: list[TrialResult]  # stopped or late trials thrown away (carry_over=False)
     carried: list[TrialRequest]  # put these first in the next step's requests
@@ -90,7 +90,11 @@ class RolloutScheduler:
                 carry_over: bool = True) -> StepResult:
         """Launch up to ceil(batch_size * oversample) trials (carried ones first), admit the
         first batch_size that finish, stop the rest and carry or drop them. Blocks until every
-        launched trial has returned (a trial notices the stop at its next turn boundary)."""
+        launched trial has returned (a trial notices the stop at its next turn boundary).
+        The admitted trials come in launch order, whatever order they finished in, so a step
+        whose trials are the same packs the same batch; with oversample > 1 which trials are
+        admitted depends on timing (the point of oversampling), so a seeded run repeats only
+        with oversample = 1."""
         if batch_size < 1 or oversample < 1.0:
             raise ValueError(f"need batch_size >= 1 and oversample >= 1, got {batch_size}, "
                              f"{oversample}")
@@ -135,6 +139,9 @@ class RolloutScheduler:
             futures = [pool.submit(self._guarded, r, stops[r.key]) for r in live]
             for future in as_completed(futures):
                 settle(future.result())
+        rank = {r.key: i for i, r in enumerate(launch)}
+        out.admitted.sort(key=lambda result: rank[result.request.key])
+        out.samples[:] = [result.sample for result in out.admitted]
         return out
 
     def _guarded(self, request: TrialRequest, stop: threading.Event) -> TrialResult:
