@@ -43,4 +43,20 @@ def test_slow_rates_read_per_minute_and_totals_may_come_later():
     clock.now += 120.0
     bars.update(task, total=20, completed=1, info="reward/mean 0.412")
     assert out.getvalue().splitlines()[-1] == (
-        "[progress] PPO: 1/20 (5%) | 0.50/min | elapsed 2m00s | ETA 38m00s | reward/mean 0.412")
+        "[progress] PPO: 1/20 (5%) | elapsed 2m00s | reward/mean 0.412")  # no rate yet
+    clock.now += 120.0
+    bars.update(task, completed=2)
+    assert out.getvalue().splitlines()[-1] == (
+        "[progress] PPO: 2/20 (10%) | 0.50/min | elapsed 4m00s | ETA 36m00s | reward/mean 0.412")
+
+
+def test_a_resumed_stage_counts_its_rate_from_where_it_resumed():
+    out, clock = io.StringIO(), Clock()
+    bars = PlainProgress(interval_s=10.0, out=out, clock=clock)
+    task = bars.add_task("SFT", total=600)
+    clock.now += 5.0
+    bars.update(task, completed=101)  # restored from the step-100 checkpoint
+    clock.now += 10.0
+    bars.update(task, completed=106)
+    assert out.getvalue().splitlines()[-1] == (
+        "[progress] SFT: 106/600 (18%) | 0.50/s | elapsed 0m15s | ETA 16m28s")

@@ -41,7 +41,7 @@ class PlainProgress:
         now = self.clock()
         self.tasks.append(dict(description=description, total=total, completed=0.0,
                                info=str(fields.get("info", "")), start=now, last=now,
-                               printed_at=None, closed=False))
+                               printed_at=None, closed=False, base=None))
         self._print(len(self.tasks) - 1)
         return len(self.tasks) - 1
 
@@ -56,6 +56,8 @@ class PlainProgress:
             task["completed"] += float(advance)
         if info is not None:
             task["info"] = str(info)
+        if task["base"] is None:  # rates count from here: a resumed stage starts mid-way
+            task["base"] = (self.clock(), task["completed"])
         done = task["total"] is not None and task["completed"] >= task["total"]
         if done and not task["closed"]:
             task["closed"] = True
@@ -73,12 +75,13 @@ class PlainProgress:
         parts = [f"{done:g}/{total:g}" if total else f"{done:g}"]
         if total:
             parts[0] += f" ({100 * done / total:.0f}%)"
-        if done > 0 and elapsed > 0:
-            rate = done / elapsed
+        rate = None
+        if task["base"] is not None and done > task["base"][1] and now > task["base"][0]:
+            rate = (done - task["base"][1]) / (now - task["base"][0])
             parts.append(f"{rate:.2f}/s" if rate >= 0.1 else f"{60 * rate:.2f}/min")
         parts.append(f"elapsed {_clock(elapsed)}")
-        if total and 0 < done < total and elapsed > 0:
-            parts.append(f"ETA {_clock(elapsed * (total - done) / done)}")
+        if total and rate and done < total:
+            parts.append(f"ETA {_clock((total - done) / rate)}")
         if task["info"]:
             parts.append(task["info"])
         return f"[progress] {task['description']}: " + " | ".join(parts)
