@@ -20,7 +20,7 @@ FLOPs (analytic, same counting as model_mfu.py):
   4*L*S*d_attn: QK^T and PV over the full SxS square (S = the packed row length; the model
   computes the masked scores). Backward = 2x forward, so forward+backward = 3x forward.
     PPO step = actor (1 + 3*epochs) fwd + critic (1 + 3*epochs) fwd  [+1 actor fwd with a KL
-    reference], over every token of the packed rows (padding included: it is computed).
+    reference] [+1 actor fwd after the update with rl.update_metrics], over every token of the packed rows (padding included: it is computed).
   MFU = analytic FLOPs / median step time / matmul peak, the peak measured in the same run
   (a float32 2048x2048 jnp.dot here, median of 5; model_mfu.matmul_peak_flops).
 
@@ -117,7 +117,8 @@ def ppo_step_flops(cfg: ModelConfig, s: Settings, rows: int, seq: int) -> float:
     """Analytic FLOPs of one PPO step over rows x seq computed tokens (see the docstring)."""
     f = forward_flops_per_token(cfg, seq)
     passes = 1 + 3 * s.epochs  # pre-update forward + epochs of forward+backward
-    actor = (passes + (1 if s.uses_reference else 0)) * f["actor"]
+    actor = (passes + (1 if s.uses_reference else 0) + (1 if s.update_metrics else 0)) \
+        * f["actor"]
     return (actor + passes * f["critic"]) * rows * seq
 
 

@@ -66,7 +66,7 @@ class Settings:
     # materialising [rows, length, vocab] float32 logits (t1jax.rl.token_stats)
     logits_chunk: int = 4096
     value_head_init: str = "zeros"  # zeros | uniform (t1jax.rl.critic.VALUE_HEAD_INITS)
-    # one more forward of the updated actor per PPO step (about a sixth of the step's FLOPs):
+    # one more forward of the updated actor per PPO step (1 of its 9 forward-equivalents):
     # update/kl and update/logp_delta_*, how far and which way the step moved the policy
     update_metrics: bool = True
 
