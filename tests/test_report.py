@@ -350,3 +350,28 @@ def test_summary_pairs_sft_with_base_and_ppo_with_sft(built, tmp_path):
     # csv-convert resolved by PPO only; rewards +2 and +1: two tasks, SE = sd / sqrt(2)
     assert "| ppo − sft | +50.0 pts (SE 50.0; +0.0 .. +100.0) | +1.500 (SE 0.500; +1.000 .. " \
            "+2.000) | 2 |" in text
+
+
+def test_seed_sweep_reports_each_seed_and_the_pool(tmp_path):
+    """experiments/ppo_seed_sweep.py's table: per seed the paired PPO - SFT gain; pooled, each
+    task's gain averaged over the seeds."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "ppo_seed_sweep", Path(__file__).resolve().parents[1] / "experiments" / "ppo_seed_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    solved = {1: {"sft": [0, 0, 1], "ppo": [1, 0, 1]}, 2: {"sft": [0, 0, 1], "ppo": [1, 1, 1]}}
+    workdirs = {}
+    for seed, labels in solved.items():
+        for label, outcomes in labels.items():
+            _write_jsonl(tmp_path / f"s{seed}" / "eval" / label / "trials.jsonl", [
+                {"task_id": f"t{i}", "attempt": 0, "status": "done", "resolved": bool(v),
+                 "reward": float(v)} for i, v in enumerate(outcomes)])
+        workdirs[seed] = tmp_path / f"s{seed}"
+    got = sweep.gains(workdirs)
+    assert got[1]["mean"] == pytest.approx(1 / 3) and got[2]["mean"] == pytest.approx(2 / 3)
+    assert got["pooled"]["mean"] == pytest.approx(0.5) and got["pooled"]["tasks"] == 3
+    # per-task pooled differences 1, 0.5, 0: SE = sd / sqrt(3)
+    assert got["pooled"]["se"] == pytest.approx(np.std([1, 0.5, 0], ddof=1) / np.sqrt(3))
+    text = sweep.table(got, "resolved")
+    assert "| 1 | +33.3 pts |" in text and "| pooled | +50.0 pts | 28.9 pts |" in text
