@@ -282,6 +282,7 @@ def test_eval_job_end_to_end(docker_backend, tmp_path):
     assert "[progress] base trials (tools): 2/2 (100%)" in proc.stdout
 
 
+@pytest.mark.slow
 def test_an_evaluation_that_runs_nothing_fails_and_says_why(docker_backend, tmp_path):
     """Every task needs the internet and the sandbox has none: the job exits non-zero, and
     its last lines say how many tasks were skipped, why, and which key changes that."""
