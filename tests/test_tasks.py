@@ -138,6 +138,20 @@ def test_minimal_tb2_gets_defaults(tmp_path):
     assert task.solution_script is None and task.warnings == ()
 
 
+def test_schema_1_2_loads_and_names_what_it_ignores(tmp_path):
+    toml = ('schema_version = "1.2"\n[task]\nname = "local/x"\n[verifier]\ntimeout_sec = 60.0\n'
+            '[environment]\nallow_internet = true\nmcp_servers = []\n')
+    task = load_task(write_task(tmp_path, "v12", {"task.toml": toml}))
+    assert task.schema_version == "1.2" and task.verifier.timeout_sec == 60.0
+    assert task.environment.allow_internet
+    assert any("environment.mcp_servers" in w for w in task.warnings)
+
+
+def test_unknown_schema_names_the_versions_read(tmp_path):
+    with pytest.raises(TaskFormatError, match=r"unknown schema '2\.0'; supported: 1\.0, 1\.1, 1\.2"):
+        load_task(write_task(tmp_path, "v2", {"task.toml": 'schema_version = "2.0"\n'}))
+
+
 def test_keywords_are_tag_fallback(tmp_path):
     toml = 'schema_version = "1.1"\n[task]\nkeywords = ["a", "b"]\n'
     assert load_task(write_task(tmp_path, "kw", toml=toml)).tags == ("a", "b")
@@ -208,6 +222,8 @@ def test_test_files_lists_nested(tmp_path):
 BAD_TB2 = {
     "bad-toml": ({"task.toml": 'version = "1.0"\n[agent\n'}, "task.toml", None),
     "schema": ({"task.toml": 'schema_version = "2.0"\n'}, "task.toml", "schema_version"),
+    "multi-step": ({"task.toml": 'schema_version = "1.2"\n[[steps]]\nname = "one"\n',
+                    "instruction.md": None}, "task.toml", "steps"),
     "schema-old-key": ({"task.toml": 'version = "0.9"\n'}, "task.toml", "version"),
     "timeout-str": ({"task.toml": MINIMAL_TOML + '[verifier]\ntimeout_sec = "fast"\n'},
                     "task.toml", "verifier.timeout_sec"),

@@ -18,7 +18,9 @@ from typing import Any, Callable
 
 import yaml
 
-TB2_SCHEMAS = ("1.0", "1.1")
+# Harbor's task.toml versions we read. 1.2 keeps the 1.1 sections we use; its other keys are
+# reported as ignored (Task.warnings), never silently dropped.
+TB2_SCHEMAS = ("1.0", "1.1", "1.2")
 _COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 _COMPOSE_MSG = "docker-compose environments are unsupported; use a single Dockerfile"
 
@@ -230,6 +232,9 @@ def _load_tb2(path: Path, warnings: list) -> dict:
     except tomllib.TOMLDecodeError as e:
         ctx.fail(f"invalid TOML: {e}")
     version = _schema_version(ctx, raw)
+    if "steps" in raw:  # before instruction.md: a multi-step task keeps one per step
+        ctx.fail("multi-step tasks ([[steps]], one instruction and verifier per step) are not "
+                 "supported yet; run each step as its own task", "steps")
     sections: dict[str, dict] = {name: {} for name in _SECTIONS}
     metadata: dict = {}
     for key, value in raw.items():
