@@ -364,3 +364,16 @@ def test_default_pool_dir_loads():
     root = default_pool_dir()
     assert root.name == "seed_tasks" and root.is_dir()
     assert load_pool(root).tasks or not find_task_dirs(root)  # bundled tasks must be valid
+
+
+def test_loader_warnings_are_grouped_once_per_run(tmp_path):
+    """What a job prints of the loader's warnings: one line per distinct warning, with how
+    many tasks gave it."""
+    from t1jax.jobs import grouped_warnings
+    toml = MINIMAL_TOML + "[environment]\nmcp_servers = []\n"
+    tasks = [load_task(write_task(tmp_path, f"t{i}", {"task.toml": toml})) for i in range(5)]
+    tasks.append(load_task(write_task(tmp_path, "odd", {"task.toml": MINIMAL_TOML + "x = 1\n"})))
+    lines = grouped_warnings(tasks)
+    assert lines == ["task loader: task.toml: unknown key 'environment.mcp_servers' ignored "
+                     "[t0, t1, t2, ... (5 tasks)]",
+                     "task loader: task.toml: unknown top-level key 'x' ignored [odd]"]

@@ -61,4 +61,21 @@ def load_job_tasks(pool_dir, *, skip_invalid: bool, task_filter: str) -> list:
         raise UsageError(f"--config.{err}") from err
     if not tasks:
         raise UsageError(f"no tasks found in {pool_dir}")
+    for line in grouped_warnings(tasks):
+        logging.warning("%s", line)
     return tasks
+
+
+def grouped_warnings(tasks) -> list[str]:
+    """The loader's warnings once per run: each distinct warning with how many tasks gave it
+    and the first few of them (89 official tasks give the same three, which one line each
+    says, instead of 267 lines or none)."""
+    by_text: dict[str, list[str]] = {}
+    for task in tasks:
+        for warning in task.warnings:
+            by_text.setdefault(warning, []).append(task.task_id)
+    lines = []
+    for warning, ids in sorted(by_text.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        named = ", ".join(ids[:3]) + (f", ... ({len(ids)} tasks)" if len(ids) > 3 else "")
+        lines.append(f"task loader: {warning} [{named}]")
+    return lines
