@@ -129,7 +129,14 @@ def test_seeds_and_top_k_one(engine):
     greedy = engine.generate(prompt, SamplingParams(temperature=0.0, max_new_tokens=8))[0]
     top1 = engine.generate(prompt, SamplingParams(top_k=1, max_new_tokens=8, seed=3))[0]
     assert top1.output_ids == greedy.output_ids
-    np.testing.assert_allclose(top1.output_logprobs, 0.0, atol=1e-6)  # renormalised over 1
+    # SGLang's semantics (the default): log_softmax(logits / T) whatever top-k kept, so at T=1
+    # the greedy log-probs; the truncated ones are renormalised over one id
+    np.testing.assert_allclose(top1.output_logprobs, greedy.output_logprobs, atol=1e-5)
+    truncated = JaxEngine(engine.model, max_batch=2, max_len=MAX_LEN, prefill_buckets=(8, 16),
+                          logprobs="truncated")
+    top1 = truncated.generate(prompt, SamplingParams(top_k=1, max_new_tokens=8, seed=3))[0]
+    assert top1.output_ids == greedy.output_ids
+    np.testing.assert_allclose(top1.output_logprobs, 0.0, atol=1e-6)
 
 
 def test_sample_truncation_logprobs():
@@ -146,6 +153,11 @@ def test_sample_truncation_logprobs():
                                    rtol=1e-5)
         p2 = np.sqrt([0.5, 0.3, 0.15, 0.05])
         np.testing.assert_allclose(logp[2], np.log(p2[ids[2]] / p2.sum()), rtol=1e-5)
+        full_ids, full = jitted(logits, temp, top_k, top_p, jnp.full(3, seed, jnp.uint32),
+                                jnp.zeros(3, jnp.int32), jnp.ones(3, bool))
+        assert (np.asarray(full_ids) == ids).all()  # the same draw, another log-prob
+        whole = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 2 + [p2 / p2.sum()]))
+        np.testing.assert_allclose(full, whole[np.arange(3), ids], rtol=1e-5)
 
 
 def test_no_recompile_within_a_bucket(engine):

@@ -130,3 +130,44 @@ def test_sessions_mixed_with_plain_requests_in_one_call(model):
     assert reused.stats["session_hits"] == 1
     with pytest.raises(ValueError, match="session_ids"):
         reused.generate([[1]], GREEDY, session_ids=["a", "b"])
+
+
+def test_trials_through_the_batching_engine_replay_each_route_once(model):
+    """The main path (BatchingEngine over a JaxEngine, a trial's calls in its session): every
+    later turn reuses its row, so the stitched routes never drift; weights published mid-trial
+    (one-step-off) drop the rows, and the positions the new weights route differently are
+    counted as drift, exactly, and reach the step's rollout/route_drift."""
+    from t1jax.rl.metrics import sample_stats
+    from t1jax.rollout.agent import _Routes
+    from t1jax.rollout.batching import BatchingEngine
+    from t1jax.rollout.engine import generate_in_session
+    from t1jax.rollout.sample import Sample
+
+    def trial(engine, publish_before=None):
+        routes, prompt, calls = _Routes(), [5, 17, 300, 42, 7], []
+        for turn in range(3):
+            if turn == publish_before:
+                perturbed = jax.tree.map(lambda x: x * 1.5, nnx.state(model, nnx.Param))
+                engine.load_weights(perturbed, "1")
+            res = generate_in_session(engine, [prompt], SAMPLED, "7/task/0")[0]
+            routes.add(len(prompt), res)
+            calls.append(res.routed_experts)
+            prompt = prompt + res.output_ids + OBSERVATIONS[turn % 2]
+        return routes, calls
+
+    engine = BatchingEngine(make_engine(model))
+    assert engine.takes_sessions
+    routes, _ = trial(engine)
+    assert routes.drift == 0 and engine.engine.stats["session_hits"] == 2
+
+    engine = BatchingEngine(make_engine(nnx.clone(model)))  # load_weights writes its model
+    routes, calls = trial(engine, publish_before=2)
+    assert engine.engine.stats["session_hits"] == 1  # the publish dropped the row
+    n = len(calls[1])  # rows the first two calls ran; the third re-ran all of them
+    rerouted = int(np.any(calls[1] != calls[2][:n], axis=(1, 2)).sum())
+    assert routes.drift == rerouted > 0
+
+    samples = [Sample(tokens=np.arange(4), loss_mask=np.array([0, 1, 1, 0]),
+                      rollout_logprobs=np.zeros(4), routes=np.zeros((4, 4, 2), np.int32),
+                      reward=0.5, metadata={"route_drift": d}) for d in (0, routes.drift)]
+    assert sample_stats(samples)["rollout/route_drift"] == routes.drift

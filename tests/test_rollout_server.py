@@ -26,11 +26,12 @@ from t1jax.model.hf_io import export_hf
 from t1jax.model.transformer import CausalLM
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
-from t1jax.rollout.sglang import FleetClient, RolloutError
+from t1jax.rollout.sglang import FleetClient, RolloutError, RouteLayout
 
 MAX_BATCH, MAX_LEN = 4, 64
 PROMPTS = [[5, 17, 300, 42, 7], [9, 1, 2], [100] * 11, [250, 251]]
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
+LAYOUT = RouteLayout.of(model_config_from(get_config().model))
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -109,7 +110,7 @@ def servers(model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(servers):
-    return FleetClient([u for u, _ in servers], timeout_s=30, retries=2)
+    return FleetClient([u for u, _ in servers], LAYOUT, timeout_s=30, retries=2)
 
 
 def assert_same(a, b):
@@ -123,7 +124,7 @@ def assert_same(a, b):
 def test_http_results_equal_in_process_engine(client, engine, servers):
     want = engine.generate(PROMPTS, GREEDY)
     for url, _ in servers:
-        c = FleetClient([url], timeout_s=30, retries=0)
+        c = FleetClient([url], LAYOUT, timeout_s=30, retries=0)
         for prompt, w in zip(PROMPTS, want):
             got = c.generate(prompt, GREEDY)
             assert_same(got, w)
@@ -168,10 +169,112 @@ def test_batched_input_ids_and_sglang_format(servers, engine):
      "sampling_params.temperature"),
     ({"input_ids": [1], "return_logprob": "yes"}, "return_logprob"),
     (b"{not json", "body"),
+    # SGLang keys this server cannot honour are refused by name, never ignored
+    ({"input_ids": [1], "sampling_params": {"stop": ["\n"]}}, "sampling_params.stop"),
+    ({"input_ids": [1], "sampling_params": {"n": 2}}, "sampling_params.n"),
+    ({"input_ids": [1], "sampling_params": {"ignore_eos": "yes"}}, "sampling_params.ignore_eos"),
+    ({"input_ids": [1], "logprob_start_len": 0}, "logprob_start_len"),
+    ({"input_ids": [1], "top_logprobs_num": 5}, "top_logprobs_num"),
+    ({"input_ids": [1], "stream": True}, "stream"),
+    ({"input_ids": [1], "text": "hi"}, "text"),
+    ({"input_ids": [1], "rid": 5}, "rid"),
+    ({"input_ids": [[1], [2]], "rid": ["a"]}, "rid"),
+    ({"input_ids": [1, 2], "routed_experts_start_len": 3}, "routed_experts_start_len"),
+    ({"input_ids": [1], "routing_key": 7}, "routing_key"),
 ])
 def test_bad_requests_are_400_naming_the_field(servers, body, field):
     status, out = post(servers[0][0] + "/generate", body)
     assert status == 400 and out["field"] == field, out
+
+
+def test_sglang_keys_rid_routes_start_and_cache_endpoint(servers, engine):
+    """The SGLang keys it can honour are honoured: rid echoed as meta_info.id (batched: one per
+    prompt), routed_experts from routed_experts_start_len on, the sampling flags accepted;
+    /flush_cache answers as SGLang's does."""
+    url = servers[0][0]
+    want = engine.generate(PROMPTS[:2], SamplingParams(temperature=0.0, max_new_tokens=4))
+    sp = {"temperature": 0, "max_new_tokens": 4, "n": 1, "stop": [], "ignore_eos": False,
+          "no_stop_trim": True, "skip_special_tokens": True}
+    status, out = post(url + "/generate", {
+        "input_ids": PROMPTS[0], "rid": "req-1", "return_logprob": True, "logprob_start_len": -1,
+        "return_routed_experts": True, "routed_experts_start_len": 3, "stream": False,
+        "sampling_params": sp, "routing_key": "ep-1"})
+    assert status == 200 and out["meta_info"]["id"] == "req-1"
+    assert out["output_ids"] == want[0].output_ids
+    routes = np.frombuffer(base64.b64decode(out["meta_info"]["routed_experts"]), np.int32)
+    np.testing.assert_array_equal(routes.reshape(-1, 4, 2), want[0].routed_experts[3:])
+    status, outs = post(url + "/generate", {"input_ids": PROMPTS[:2], "rid": ["a", "b"],
+                                            "sampling_params": sp})
+    assert status == 200 and [o["meta_info"]["id"] for o in outs] == ["a", "b"]
+    assert [o["output_ids"] for o in outs] == [w.output_ids for w in want]
+    for method in ("GET", "POST"):
+        req = urllib.request.Request(url + "/flush_cache", method=method,
+                                     data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200 and r.read().startswith(b"Cache flushed")
+
+
+def test_a_paused_server_aborts_and_the_client_retries_elsewhere(servers, engine):
+    """/pause_generation holds new requests; mode=abort answers the held ones with SGLang's
+    abort reply, which FleetClient never takes as a turn: it re-issues the request to the
+    other server (the result is the engine's) and leaves the paused one out until it serves
+    again; /continue_generation runs what is queued."""
+    (url_a, _), (url_b, _) = servers
+    client = FleetClient([url_a, url_b], LAYOUT, timeout_s=30, retries=1)
+    key = next(k for k in (f"pause-{i}" for i in range(100)) if client.server_for(k) == url_a)
+    ok = {"message": "Generation paused successfully.", "status": "ok"}
+    assert post(url_a + "/pause_generation", {"mode": "in_place"}) == (200, ok)
+    try:
+        with ThreadPoolExecutor(3) as ex:
+            raw = ex.submit(post, url_a + "/generate", {"input_ids": PROMPTS[1], "rid": "r9"})
+            retried = ex.submit(client.generate, PROMPTS[2], GREEDY, key)
+            time.sleep(1.0)
+            assert not raw.done() and not retried.done()  # held while paused
+            assert post(url_a + "/pause_generation", {"mode": "abort"})[0] == 200
+            status, aborted = raw.result(timeout=60)
+            got = retried.result(timeout=60)
+            held = ex.submit(post, url_a + "/generate", {"input_ids": PROMPTS[1]})
+            time.sleep(0.5)
+            assert not held.done()
+            assert post(url_a + "/continue_generation", {})[0] == 200
+            assert held.result(timeout=60)[0] == 200  # queued while paused, run on continue
+    finally:
+        post(url_a + "/continue_generation", {})
+    assert status == 200 and aborted["output_ids"] == [] and aborted["meta_info"]["id"] == "r9"
+    assert aborted["meta_info"]["finish_reason"]["type"] == "abort"
+    assert_same(got, engine.generate([PROMPTS[2]], GREEDY)[0])
+    assert url_a not in client.live and (url_a, "_ServerError") in client.failures
+    assert client.health_check() == [url_a, url_b]  # serving again: back in
+
+
+def test_route_layout_masks_dense_layers_and_refuses_bad_captures():
+    """Dense layers come from the model config (SGLang reports them as expert 0); a capture out
+    of range or with an expert repeated within a token (all zeros: a server without
+    --enable-return-routed-experts) is an error naming the server and request."""
+    assert LAYOUT == RouteLayout(layers=4, k=2, num_experts=16, dense_layers=(0,))
+    rng = np.random.default_rng(0)
+    good = np.stack([[rng.permutation(16)[:2] for _ in range(4)] for _ in range(6)])
+    sglang_style = good.copy()
+    sglang_style[:, 0] = 0
+    out = LAYOUT.check(sglang_style, "http://w1 (request r1)")
+    assert (out[:, 0] == -1).all() and (out[:, 1:] == good[:, 1:]).all()
+    assert out.dtype == np.int32 and (sglang_style[:, 0] == 0).all()  # not written in place
+    with pytest.raises(RolloutError, match=r"http://w1 \(request r1\).*repeats an expert.*"
+                       "6 of 6 positions.*--enable-return-routed-experts"):
+        LAYOUT.check(np.zeros((6, 4, 2), np.int32), "http://w1 (request r1)")
+    for bad in (16, -1):
+        wrong = good.copy()
+        wrong[2, 3, 1] = bad
+        with pytest.raises(RolloutError, match="position 2, layer 3"):
+            LAYOUT.check(wrong, "w")
+
+
+def test_a_reply_without_routes_names_the_router_and_the_field():
+    client = FleetClient(["http://127.0.0.1:9"], LAYOUT)
+    reply = {"output_ids": [4], "meta_info": {"output_token_logprobs": [[-0.1, 4, None]],
+                                              "finish_reason": {"type": "length"}}}
+    with pytest.raises(RolloutError, match="no meta_info.routed_experts.*router"):
+        client._parse("http://127.0.0.1:9", [1, 2], GREEDY, reply)
 
 
 def test_bad_update_and_client_side_400(servers, client, tmp_path):
@@ -208,7 +311,7 @@ def test_publish_weights_reaches_both_servers(client, servers, engine, tmp_path)
     for url, _ in servers:
         info = client.model_info(url)
         assert info["weight_version"] == "1" and info["model_path"] == str(path)
-        got = FleetClient([url], retries=0).generate(PROMPTS[0], GREEDY)
+        got = FleetClient([url], LAYOUT, retries=0).generate(PROMPTS[0], GREEDY)
         assert got.weight_version == "1"
         assert_same(got, want)
 
@@ -251,4 +354,4 @@ def test_failover_when_a_server_dies_mid_run(client, servers, engine, tmp_path):
     assert client.served[url_b] == n + 1
     nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(RolloutError, match="no live server"):
-        FleetClient([nobody], timeout_s=2).publish_weights(engine.model, tmp_path, "9")
+        FleetClient([nobody], LAYOUT, timeout_s=2).publish_weights(engine.model, tmp_path, "9")

@@ -78,6 +78,8 @@ def test_a_burst_of_writes_stops_at_the_kernel_cap(btrfs_client, runtime):
                         f"{sb.disk_usage_bytes()} bytes against a baseline of {sb._baseline}, "
                         f"cap {size}")
         written = sb.disk_usage_bytes()
+        if written is None:  # the daemon failed to count (SizeRw -1 on every try; seen in CI)
+            written = int(sb._root_exec(["du", "-sb", "/app"]).split()[0])
         assert 64 * 2**20 <= written <= 64 * 2**20 + (BTRFS_IMAGE_FACTOR - 1) * image_bytes + \
             BTRFS_SLACK_BYTES, (written, str(stopped.value))
         assert sb.exec("rm -f /app/f*; echo ok").output == "ok\n"  # it lives on, under quota

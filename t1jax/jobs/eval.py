@@ -116,9 +116,9 @@ def run(config, workdir: Path) -> int:
         engine = embedded_engine(model, max_batch=config.engine_batch,
                                  max_len=engine_len, weight_version=default_label)
     else:
-        from t1jax.jobs.train import FleetEngine
-        from t1jax.rollout.sglang import FleetClient
-        engine = FleetEngine(FleetClient(config.fleet_urls.split(",")), engine_len)
+        from t1jax.jobs.train import FleetEngine, fleet_client
+        engine = FleetEngine(fleet_client(config.fleet_urls, model_config_from(config.model)),
+                             engine_len)
         default_label = "fleet"
     label = config.label or default_label
 

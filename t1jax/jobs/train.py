@@ -87,13 +87,22 @@ def _task_stack(config):
 
 
 class FleetEngine:
-    """A FleetClient (SGLang or t1jax servers) behind the Engine protocol the agent uses."""
+    """A FleetClient (SGLang or t1jax servers) behind the Engine protocol the agent uses; a
+    trial's session id is its routing key (one server, whose prefix cache holds its turns)."""
+
+    takes_sessions = True
 
     def __init__(self, client, max_len: int):
         self.client, self.max_len = client, max_len
 
-    def generate(self, prompts, sampling):
-        return self.client.generate_many(prompts, sampling)
+    def generate(self, prompts, sampling, *, session_ids=None):
+        return self.client.generate_many(prompts, sampling, routing_keys=session_ids)
+
+
+def fleet_client(urls: str, model_cfg):
+    """A FleetClient over comma-separated urls, reading routes by the model's own config."""
+    from t1jax.rollout.sglang import FleetClient, RouteLayout
+    return FleetClient(urls.split(","), RouteLayout.of(model_cfg))
 
 
 def _live_source(config, trainer, workdir: Path):
@@ -120,7 +129,6 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
     from t1jax.rollout.batching import embedded_engine
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
-    from t1jax.rollout.sglang import FleetClient
     from t1jax.tasks.sampler import EpochSampler
     r = config.rollouts
     publish = None
@@ -130,7 +138,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
     elif r.engine == "fleet":
         if not r.fleet_urls:
             raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
-        engine = FleetEngine(FleetClient(r.fleet_urls.split(",")), config.rl.max_length)
+        engine = FleetEngine(fleet_client(r.fleet_urls, trainer.cfg), config.rl.max_length)
         weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
 
         def publish_to_fleet(trainer, version):  # HF safetensors on a shared disk

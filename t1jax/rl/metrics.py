@@ -107,6 +107,7 @@ def sample_stats(samples) -> dict:
     chunk_tokens = np.array([n for s in samples for n in np.diff([*s.chunk_starts,
                                                                   len(s.tokens)])])
     drift = np.array([s.metadata.get("retokenized_drift", 0) or 0 for s in samples])
+    route_drift = sum(int(s.metadata.get("route_drift", 0) or 0) for s in samples)
     resolved = [bool((s.metadata.get("verifier") or {}).get("solved", False))
                 for s in samples]
     return {
@@ -117,7 +118,11 @@ def sample_stats(samples) -> dict:
         "length/sampled_tokens": sampled.mean(), "chunks/mean": chunks.mean(),
         "chunks/max": chunks.max(), "chunks/compactions": compactions.mean(),
         "chunks/tokens_mean": chunk_tokens.mean(), "chunks/tokens_max": chunk_tokens.max(),
-        "rollout/retokenized_drift": drift.mean(), **by_family(samples),
+        "rollout/retokenized_drift": drift.mean(),
+        # positions of the step's trials whose route a later call of the trial recomputed
+        # differently (a prefix re-prefilled after its cache row was evicted): 0 when every
+        # position is run once per trial, so the replayed route is the one sampled under
+        "rollout/route_drift": float(route_drift), **by_family(samples),
     }
 
 

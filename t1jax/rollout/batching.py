@@ -24,9 +24,15 @@ class BatchingEngine:
         self._busy = False
         self.calls = 0  # batched calls made (for tests / stats)
 
-    def generate(self, prompts, sampling):
+    @property
+    def takes_sessions(self) -> bool:
+        return getattr(self.engine, "takes_sessions", False)
+
+    def generate(self, prompts, sampling, *, session_ids=None):
         params = sampling if isinstance(sampling, (list, tuple)) else [sampling] * len(prompts)
-        items = [{"prompt": list(p), "params": s, "done": False} for p, s in zip(prompts, params)]
+        sessions = session_ids or [None] * len(prompts)
+        items = [{"prompt": list(p), "params": s, "session": sid, "done": False}
+                 for p, s, sid in zip(prompts, params, sessions)]
         with self._cv:
             self._queue += items  # atomically: one batch takes all of a call's items or none
             while True:
@@ -42,8 +48,10 @@ class BatchingEngine:
             with self._cv:
                 batch, self._queue = self._queue, []
             try:
+                kw = ({"session_ids": [b["session"] for b in batch]} if self.takes_sessions
+                      else {})
                 results = self.engine.generate([b["prompt"] for b in batch],
-                                               [b["params"] for b in batch])
+                                               [b["params"] for b in batch], **kw)
                 self.calls += 1
                 for b, r in zip(batch, results):
                     b["result"] = r

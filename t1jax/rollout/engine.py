@@ -48,10 +48,12 @@ class SamplingParams:
 class GenerateResult:
     """One request's completion.
 
-    output_logprobs[i]: log-prob of output_ids[i] under the distribution it was sampled from:
-    softmax(logits / temperature), restricted to the top-k and then the top-p nucleus, and
-    renormalised. With temperature 0 (greedy) it is log_softmax(logits)[id] at temperature 1,
-    with no truncation. (So top_k=1 reports 0.0, greedy reports the model's own log-prob.)
+    output_logprobs[i]: log-prob of output_ids[i] as SGLang reports it and the trainer
+    recomputes it: log_softmax(logits / temperature) over the whole vocabulary, whatever top-k /
+    top-p truncated the draw to; greedy (temperature 0) reports log_softmax(logits) at T=1.
+    The JaxEngine's logprobs="truncated" reports instead the log-prob under the renormalised
+    top-k / top-p distribution actually drawn from (top_k=1 reports 0.0); the two agree when
+    neither truncation is on (the main job).
 
     routed_experts: int32 [prompt_len + len(output_ids) - 1, layers, k], SGLang's convention:
     row p holds the experts used at position p of prompt + output, for every position that was
@@ -97,6 +99,15 @@ def call_seed(seed: int, task_id: str, attempt: int, call: int) -> int:
     return _hash31(f"{seed}/{task_id}/{attempt}/{call}")
 
 
+def generate_in_session(engine, prompts, sampling, session: str | None):
+    """engine.generate with the trial's session id where the engine takes one (prefix reuse in
+    the JaxEngine, the routing key of a fleet), so each position is run once per trial and the
+    route replayed for it is the one later tokens were sampled under."""
+    if session is not None and getattr(engine, "takes_sessions", False):
+        return engine.generate(prompts, sampling, session_ids=[session] * len(prompts))
+    return engine.generate(prompts, sampling)
+
+
 class SeededCalls:
     """One trial's view of a shared engine: its i-th generate call samples with
     call_seed(seed, task_id, attempt, i). Evaluations of two policies with one seed draw the
@@ -109,8 +120,9 @@ class SeededCalls:
         if not isinstance(sampling, SamplingParams):
             raise TypeError("SeededCalls takes one SamplingParams per call")
         call, self.calls = self.calls, self.calls + 1
-        return self.engine.generate(
-            prompts, dataclasses.replace(sampling, seed=call_seed(*self.key, call)))
+        return generate_in_session(
+            self.engine, prompts, dataclasses.replace(sampling, seed=call_seed(*self.key, call)),
+            "/".join(map(str, self.key)))
 
     def __getattr__(self, name):  # max_len, weight_version, ...: the engine's own
         return getattr(self.engine, name)

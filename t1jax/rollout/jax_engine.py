@@ -45,12 +45,14 @@ from t1jax.model.transformer import CausalLM
 from t1jax.rollout.engine import FINISH_LENGTH, FINISH_STOP, GenerateResult, SamplingParams
 
 
-def sample(logits, temperature, top_k, top_p, seeds, steps):
+def sample(logits, temperature, top_k, top_p, seeds, steps, full=None):
     """Sample one id per row from float32 logits [B, V]; returns ids and their log-probs.
 
     Per row: temperature 0 is greedy (log-prob: log_softmax(logits) at T=1). Otherwise logits/T,
     keep the top_k (<= 0: all), then the smallest prefix of the sorted distribution whose mass
     reaches top_p (>= 1: all), renormalise, and draw with fold_in(PRNGKey(seed), step).
+    The log-prob is that of the renormalised distribution drawn from, or where `full` (a bool
+    per row) log_softmax(logits / T) over the whole vocabulary: SGLang's and the trainer's.
     """
     logits = logits.astype(jnp.float32)
     greedy = temperature <= 0
@@ -72,7 +74,12 @@ def sample(logits, temperature, top_k, top_p, seeds, steps):
     greedy_logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1),
                                       greedy_ids[:, None], axis=-1)[:, 0]
     ids = jnp.where(greedy, greedy_ids, sampled_ids).astype(jnp.int32)
-    return ids, jnp.where(greedy, greedy_logp, sampled_logp)
+    logp = jnp.where(greedy, greedy_logp, sampled_logp)
+    if full is not None:
+        whole = jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), ids[:, None],
+                                    axis=-1)[:, 0]
+        logp = jnp.where(full, whole, logp)
+    return ids, logp
 
 
 def _snapshot(model: nnx.Module):
@@ -136,6 +143,9 @@ class JaxEngine:
     It uses a snapshot of the model's weights taken at construction and at each
     `load_weights`; in-place updates to `model` are not seen until then.
 
+    logprobs: "full" (default; SGLang's and the trainer's semantics, see GenerateResult) or
+    "truncated" (the renormalised top-k / top-p distribution drawn from).
+
     A request ends with "stop" when it samples one of its stop ids (included in output_ids),
     else with "length" after max_new_tokens or when prompt + output reaches max_len. A prompt
     must be shorter than max_len and fit the largest prefill bucket (buckets over max_len are
@@ -146,9 +156,14 @@ class JaxEngine:
     prefilled_tokens (prompt tokens run through a prefill, all requests).
     """
 
+    takes_sessions = True
+
     def __init__(self, model: CausalLM, *, max_batch: int = 8, max_len: int = 1024,
                  prefill_buckets: tuple[int, ...] = (32, 64, 128, 256, 512, 1024),
-                 weight_version: str = "0"):
+                 weight_version: str = "0", logprobs: str = "full"):
+        if logprobs not in ("full", "truncated"):
+            raise ValueError(f"logprobs={logprobs!r}; choose full or truncated")
+        self.logprobs = logprobs
         self.model, self.cfg = model, model.model.cfg
         self.max_batch, self.max_len = max_batch, max_len
         self.buckets = tuple(sorted({min(int(b), max_len) for b in prefill_buckets}))
@@ -186,7 +201,8 @@ class JaxEngine:
                 p = r.params
                 temp[i], top_p[i], top_k[i] = p.temperature, p.top_p, p.top_k
                 seeds[i], steps[i] = r.seed, len(r.ids)
-        return tuple(jnp.asarray(a) for a in (temp, top_k, top_p, seeds, steps))
+        full = np.full(b, self.logprobs == "full")
+        return tuple(jnp.asarray(a) for a in (temp, top_k, top_p, seeds, steps, full))
 
     def _bucket(self, n: int) -> int:
         for b in self.buckets:

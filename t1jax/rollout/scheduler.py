@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from t1jax.rollout.agent import RolloutError, run_agent_episode
-from t1jax.rollout.engine import call_seed
+from t1jax.rollout.engine import call_seed, generate_in_session
 from t1jax.rollout.sample import make_sample
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits
@@ -261,7 +261,8 @@ class _LoggedEngine:
             raise TrialStopped()
         if self.seed_key is not None:
             sampling = dataclasses.replace(sampling, seed=call_seed(*self.seed_key, i))
-        (res,) = self.engine.generate([prompt], sampling)
+        session = None if self.seed_key is None else "/".join(map(str, self.seed_key))
+        (res,) = generate_in_session(self.engine, [prompt], sampling, session)
         self.state.calls.append(LoggedCall.of(prompt, res, self.last_routes))
         self.last_routes = np.asarray(res.routed_experts)
         return [res]

@@ -1,5 +1,14 @@
 """A JaxEngine behind SGLang's native HTTP API (/generate, /update_weights_from_disk, /health,
-/get_model_info), so the fleet client and the trainer treat our engine and SGLang alike.
+/get_model_info, /flush_cache, /pause_generation, /continue_generation), so the fleet client and
+the trainer treat our engine and SGLang alike.
+
+SGLang's semantics, emulated (SGLang 0.5.23): the model's eos_token_id (config.json) ends a
+sample as stop_token_ids do, and `ignore_eos` disables both (schedule_batch.py,
+Req._check_token_based_finish); log-probs are log_softmax(logits / T) over the whole vocabulary
+(sampler.py, the standard path); `rid` is echoed as meta_info.id; routed_experts covers
+positions [routed_experts_start_len, prompt + output - 1). What we cannot honour (stop strings:
+no tokenizer in the server; n > 1; input log-probs; streaming) is refused with a 400 naming the
+field, never ignored.
 
 Why: a fleet of rollout servers (failover, sticky routing, weight publishing) can be built and
 tested on CPU with our own engine, and swapped for SGLang servers without changing the client.
@@ -18,7 +27,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import queue
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,17 +50,34 @@ class BadRequest(ValueError):
 
 
 _SAMPLING_KEYS = {"temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int}
+# accepted and honoured as SGLang does; with no text output, the text-shaping ones change nothing
+_SAMPLING_FLAGS = ("ignore_eos", "no_stop_trim", "skip_special_tokens",
+                   "spaces_between_special_tokens")
+_BODY_KEYS = {"input_ids", "sampling_params", "return_logprob", "return_routed_experts", "rid",
+              "routing_key", "logprob_start_len", "routed_experts_start_len", "stream",
+              "top_logprobs_num", "return_text_in_logprobs"}
 
 
-def parse_sampling(d, field: str = "sampling_params") -> SamplingParams:
+def parse_sampling(d, field: str = "sampling_params",
+                   eos_ids: tuple[int, ...] = ()) -> SamplingParams:
     """SGLang's sampling_params dict -> SamplingParams; unknown keys are rejected (a typo would
-    otherwise silently sample with defaults)."""
+    otherwise silently sample with defaults). eos_ids (the model's) stop a sample unless
+    ignore_eos, which, as in SGLang, also disables stop_token_ids."""
     if not isinstance(d, dict):
         raise BadRequest(field, "must be an object")
-    known = set(_SAMPLING_KEYS) | {"stop_token_ids", "sampling_seed"}
+    known = set(_SAMPLING_KEYS) | {"stop_token_ids", "sampling_seed", "stop", "n",
+                                   *_SAMPLING_FLAGS}
     for k in d:
         if k not in known:
             raise BadRequest(f"{field}.{k}", f"unsupported; supported: {sorted(known)}")
+    for k in _SAMPLING_FLAGS:
+        if not isinstance(d.get(k, False), bool):
+            raise BadRequest(f"{field}.{k}", "must be a boolean")
+    if d.get("stop") not in (None, "", []):
+        raise BadRequest(f"{field}.stop", "stop strings need a tokenizer, which this server "
+                         "does not load; send stop_token_ids")
+    if d.get("n", 1) != 1 or isinstance(d.get("n"), bool):
+        raise BadRequest(f"{field}.n", "only n=1 is served; send the prompt n times")
     kw = {}
     for k, typ in _SAMPLING_KEYS.items():
         if d.get(k) is not None:
@@ -64,7 +89,7 @@ def parse_sampling(d, field: str = "sampling_params") -> SamplingParams:
     stop = d.get("stop_token_ids") or []
     if not isinstance(stop, list) or not all(_is_int(t) for t in stop):
         raise BadRequest(f"{field}.stop_token_ids", "must be a list of integers")
-    kw["stop_token_ids"] = tuple(stop)
+    kw["stop_token_ids"] = () if d.get("ignore_eos") else tuple(dict.fromkeys([*stop, *eos_ids]))
     if d.get("sampling_seed") is not None:
         if not _is_int(d["sampling_seed"]):
             raise BadRequest(f"{field}.sampling_seed", "must be an integer")
@@ -80,10 +105,24 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def parse_generate(body, vocab_size: int):
-    """(prompts, sampling list, batched?, return_logprob, return_routed_experts) from a body."""
+def parse_generate(body, vocab_size: int, eos_ids: tuple[int, ...] = ()):
+    """(prompts, sampling list, batched?, return_logprob, return_routed_experts, options) from a
+    body; options: rids (one per prompt, or None) and routed_experts_start_len."""
     if not isinstance(body, dict):
         raise BadRequest("body", "must be a JSON object")
+    for k in body:
+        if k not in _BODY_KEYS:
+            raise BadRequest(k, f"unsupported; supported: {sorted(_BODY_KEYS)}")
+    for k, ok in (("stream", False), ("return_text_in_logprobs", False)):
+        if body.get(k, ok) is not ok:
+            raise BadRequest(k, f"only {str(ok).lower()} is served")
+    if body.get("logprob_start_len", -1) != -1:
+        raise BadRequest("logprob_start_len", "input log-probs are not computed; only -1 "
+                         "(output log-probs) is served")
+    if body.get("top_logprobs_num", 0) not in (0, None):
+        raise BadRequest("top_logprobs_num", "top log-probs are not computed; only 0 is served")
+    if body.get("routing_key") is not None and not isinstance(body["routing_key"], str):
+        raise BadRequest("routing_key", "must be a string")
     ids = body.get("input_ids")
     if ids is None:
         raise BadRequest("input_ids", "is required (text input is not supported)")
@@ -98,36 +137,51 @@ def parse_generate(body, vocab_size: int):
     if isinstance(sp, list):
         if len(sp) != len(prompts):
             raise BadRequest("sampling_params", f"{len(sp)} entries for {len(prompts)} prompts")
-        sampling = [parse_sampling(s, f"sampling_params[{i}]") for i, s in enumerate(sp)]
+        sampling = [parse_sampling(s, f"sampling_params[{i}]", eos_ids)
+                    for i, s in enumerate(sp)]
     else:
-        sampling = [parse_sampling(sp)] * len(prompts)
+        sampling = [parse_sampling(sp, eos_ids=eos_ids)] * len(prompts)
     flags = []
     for k in ("return_logprob", "return_routed_experts"):
         if not isinstance(body.get(k, False), bool):
             raise BadRequest(k, "must be a boolean")
         flags.append(body.get(k, False))
-    return prompts, sampling, batched, *flags
+    rid = body.get("rid")
+    if rid is not None:  # SGLang: a string (batched: "<rid>_<i>") or one string per prompt
+        rids = [rid] if isinstance(rid, str) and not batched else \
+            [f"{rid}_{i}" for i in range(len(prompts))] if isinstance(rid, str) else rid
+        if not isinstance(rids, list) or len(rids) != len(prompts) or \
+                not all(isinstance(r, str) for r in rids):
+            raise BadRequest("rid", "must be a string or one string per prompt")
+    else:
+        rids = None
+    start = body.get("routed_experts_start_len", 0)
+    if not _is_int(start) or not all(0 <= start <= len(p) for p in prompts):
+        raise BadRequest("routed_experts_start_len", "must be an integer in [0, prompt length]")
+    return prompts, sampling, batched, *flags, {"rids": rids, "routed_experts_start_len": start}
 
 
-def to_response(prompt, res: GenerateResult, logprob: bool, routes: bool) -> dict:
+def to_response(prompt, res: GenerateResult, logprob: bool, routes: bool, rid: str | None = None,
+                routes_start: int = 0) -> dict:
     """One request's SGLang response dict."""
     finish = ({"type": "stop", "matched": res.output_ids[-1]} if res.finish_reason == FINISH_STOP
               else {"type": "length", "length": len(res.output_ids)})
-    meta = {"id": uuid.uuid4().hex, "prompt_tokens": len(prompt),
+    meta = {"id": rid or uuid.uuid4().hex, "prompt_tokens": len(prompt),
             "completion_tokens": len(res.output_ids), "finish_reason": finish,
             "weight_version": res.weight_version}
     if logprob:
         meta["output_token_logprobs"] = [[float(lp), int(t), None]
                                          for lp, t in zip(res.output_logprobs, res.output_ids)]
     if routes:
-        raw = np.ascontiguousarray(res.routed_experts, dtype="<i4").tobytes()
+        raw = np.ascontiguousarray(res.routed_experts[routes_start:], dtype="<i4").tobytes()
         meta["routed_experts"] = base64.b64encode(raw).decode("ascii")
     return {"text": "", "output_ids": list(res.output_ids), "meta_info": meta}
 
 
 class _Job:
-    def __init__(self, prompts, sampling):
+    def __init__(self, prompts, sampling, session_ids=None):
         self.prompts, self.sampling = prompts, sampling
+        self.session_ids = session_ids or [None] * len(prompts)
         self.done = threading.Event()
         self.results, self.error = None, None
 
@@ -140,33 +194,61 @@ class EngineService:
         model = load_hf(nnx.eval_shape(lambda: CausalLM(self.cfg, nnx.Rngs(0))), model_path)
         buckets = tuple(sorted({min(32 << i, max_len) for i in range(24)}))  # 32 .. max_len
         self.engine = JaxEngine(model, max_batch=max_batch, max_len=max_len,
-                                prefill_buckets=buckets, weight_version=weight_version)
+                                prefill_buckets=buckets, weight_version=weight_version,
+                                logprobs="full")  # SGLang's semantics
+        eos = self.cfg.eos_token_id
+        self.eos_ids = () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
         self.model_path = str(model_path)
-        self.lock = threading.Lock()
-        self.jobs: queue.Queue[_Job] = queue.Queue()
+        self.lock = threading.Lock()  # the engine: one batch or one weight load at a time
+        self._cv = threading.Condition()  # guards the queue and the paused flag
+        self._queue: list[_Job] = []
+        self.paused = False  # set by /pause_generation, cleared by /continue_generation
         threading.Thread(target=self._worker, daemon=True).start()
 
-    def generate(self, prompts, sampling) -> list[GenerateResult]:
-        job = _Job(prompts, sampling)
-        self.jobs.put(job)
+    def generate(self, prompts, sampling, session_ids=None) -> list[GenerateResult | None]:
+        """Results in order; None for a request aborted by /pause_generation(mode=abort)."""
+        job = _Job(prompts, sampling, session_ids)
+        with self._cv:
+            self._queue.append(job)
+            self._cv.notify_all()
         job.done.wait()
         if job.error is not None:
             raise job.error
         return job.results
 
+    def pause(self, mode: str) -> None:
+        """Start no new batch until `resume`; the running batch finishes (our engine cannot stop
+        one mid-way, so in_place and retract behave alike). abort: every queued request is
+        answered with finish_reason abort at once (the client retries it elsewhere)."""
+        with self._cv:
+            self.paused = True
+            if mode == "abort":
+                for job in self._queue:
+                    job.results = [None] * len(job.prompts)
+                    job.done.set()
+                self._queue = []
+
+    def resume(self) -> None:
+        with self._cv:
+            self.paused = False
+            self._cv.notify_all()
+
+    def flush_cache(self) -> None:
+        with self.lock:
+            self.engine.drop_sessions()
+
     def _worker(self):
         while True:
-            jobs = [self.jobs.get()]
-            while True:  # everything queued now joins this batch
-                try:
-                    jobs.append(self.jobs.get_nowait())
-                except queue.Empty:
-                    break
+            with self._cv:  # everything queued when not paused joins one batch
+                while self.paused or not self._queue:
+                    self._cv.wait()
+                jobs, self._queue = self._queue, []
             prompts = [p for j in jobs for p in j.prompts]
             sampling = [s for j in jobs for s in j.sampling]
+            sessions = [s for j in jobs for s in j.session_ids]
             try:
                 with self.lock:
-                    results = self.engine.generate(prompts, sampling)
+                    results = self.engine.generate(prompts, sampling, session_ids=sessions)
             except Exception as err:  # noqa: BLE001 (a failing batch: retry its jobs alone)
                 if len(jobs) > 1:
                     for j in jobs:
@@ -182,7 +264,8 @@ class EngineService:
     def _run_alone(self, job: _Job):
         try:
             with self.lock:
-                job.results = self.engine.generate(job.prompts, job.sampling)
+                job.results = self.engine.generate(job.prompts, job.sampling,
+                                                   session_ids=job.session_ids)
         except Exception as err:  # noqa: BLE001 (reported to that request's client)
             job.error = err
         job.done.set()
@@ -211,6 +294,14 @@ class EngineService:
                 "num_experts_per_tok": self.cfg.num_experts_per_tok}
 
 
+def _aborted(prompt, rid) -> dict:
+    """SGLang's reply to a request aborted before it ran (FINISH_ABORT.to_json)."""
+    return {"text": "", "output_ids": [], "meta_info": {
+        "id": rid or uuid.uuid4().hex, "prompt_tokens": len(prompt), "completion_tokens": 0,
+        "finish_reason": {"type": "abort", "message": "generation paused (mode=abort)",
+                          "status_code": 503, "err_type": None}}}
+
+
 def make_handler(service: EngineService):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):  # quiet: one line per request would swamp logs
@@ -231,8 +322,18 @@ def make_handler(service: EngineService):
             except json.JSONDecodeError as err:
                 raise BadRequest("body", f"invalid JSON: {err}") from None
 
+        def _send_text(self, code: int, text: str) -> None:
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_GET(self):
-            if self.path == "/health":
+            if self.path.split("?")[0] == "/flush_cache":
+                self._flush()
+            elif self.path == "/health":
                 self._send(200, {})
             elif self.path in ("/get_model_info", "/model_info"):  # SGLang has both
                 self._send(200, service.model_info())
@@ -245,19 +346,43 @@ def make_handler(service: EngineService):
                     self._generate()
                 elif self.path == "/update_weights_from_disk":
                     self._update()
+                elif self.path.split("?")[0] == "/flush_cache":
+                    self._flush()
+                elif self.path == "/pause_generation":
+                    body = self._body() or {}
+                    mode = body.get("mode", "abort") if isinstance(body, dict) else None
+                    if mode not in ("abort", "retract", "in_place"):
+                        raise BadRequest("mode", "must be abort, retract or in_place")
+                    service.pause(mode)
+                    self._send(200, {"message": "Generation paused successfully.",
+                                     "status": "ok"})
+                elif self.path == "/continue_generation":
+                    self._body()
+                    service.resume()
+                    self._send(200, {"message": "Generation continued successfully.",
+                                     "status": "ok"})
                 else:
                     self._send(404, {"error": f"no route {self.path}"})
             except BadRequest as err:
                 self._send(400, {"error": str(err), "field": err.field})
 
+        def _flush(self):
+            service.flush_cache()
+            self._send_text(200, "Cache flushed.\n")
+
         def _generate(self):
-            prompts, sampling, batched, logprob, routes = parse_generate(
-                self._body(), service.cfg.vocab_size)
-            try:
-                results = service.generate(prompts, sampling)
+            body = self._body()
+            prompts, sampling, batched, logprob, routes, opts = parse_generate(
+                body, service.cfg.vocab_size, service.eos_ids)
+            rids = opts["rids"] or [None] * len(prompts)
+            key = body.get("routing_key") or self.headers.get("X-SMG-Routing-Key")
+            try:  # a routing key is an episode: its turns reuse one cache row (prefix reuse)
+                results = service.generate(prompts, sampling, [key] * len(prompts))
             except ValueError as err:  # the engine's checks: prompt length / bucket
                 raise BadRequest("input_ids", str(err)) from None
-            out = [to_response(p, r, logprob, routes) for p, r in zip(prompts, results)]
+            out = [to_response(p, r, logprob, routes, rid, opts["routed_experts_start_len"])
+                   if r is not None else _aborted(p, rid)
+                   for p, r, rid in zip(prompts, results, rids)]
             self._send(200, out if batched else out[0])
 
         def _update(self):

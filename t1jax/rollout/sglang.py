@@ -7,18 +7,33 @@ failed one is re-issued whole to another server: a sample is never partial or du
 
 Routing: rendezvous hashing of the routing key (e.g. an episode id) over the live servers, so a
 multi-turn episode keeps hitting one server (its prefix cache) and only the keys of a dead server
-move. The key is also sent as `X-SMG-Routing-Key` for an SGLang model gateway in front.
+move. The key is also sent as SGLang's `routing_key` field and the `X-SMG-Routing-Key` header for
+an SGLang model gateway in front.
+
+Routes: their shape and which layers are dense come from the model's own config (the HF
+config.json the trainer loads), never from the server: real SGLang's /get_model_info reports
+neither, and it reports dense layers' routes as expert 0. Every route is checked (range, k
+distinct experts per token) before it can be replayed: an all-zero capture from a server started
+without --enable-return-routed-experts, or one overwritten by a draft model, is an error naming
+the server and the request, not a silent replay.
+
+Log-probs: SGLang returns log_softmax(logits / T) over the whole vocabulary (greedy: T = 1),
+without top-k/top-p renormalisation (sglang/srt/layers/sampler.py, Sampler.forward, the
+"Standard path": `logprobs = torch.log(probs)` of softmax(logits / T), before truncation). That
+is what the trainer recomputes; the JaxEngine matches it with logprobs="full".
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import http.client
 import json
 import socket
 import threading
 import urllib.parse
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,6 +55,8 @@ class _ServerError(Exception):
 
 
 def _sampling_dict(p: SamplingParams) -> dict:
+    """SGLang's sampling_params. Never ignore_eos: in SGLang it also disables stop_token_ids
+    (schedule_batch.py, Req._check_token_based_finish returns at once)."""
     d = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
          "max_new_tokens": p.max_new_tokens, "stop_token_ids": list(p.stop_token_ids)}
     if p.seed is not None:
@@ -47,22 +64,80 @@ def _sampling_dict(p: SamplingParams) -> dict:
     return d
 
 
+def generate_body(prompt_ids, sampling: SamplingParams, routing_key: str | None = None,
+                  rid: str | None = None) -> dict:
+    """The /generate body FleetClient sends (SGLang's GenerateReqInput fields)."""
+    body = {"input_ids": [int(t) for t in prompt_ids], "sampling_params": _sampling_dict(sampling),
+            "return_logprob": True, "return_routed_experts": True,
+            "rid": rid or uuid.uuid4().hex}
+    if routing_key is not None:
+        body["routing_key"] = str(routing_key)
+    return body
+
+
+@dataclasses.dataclass(frozen=True)
+class RouteLayout:
+    """What a routed_experts capture must look like for one model: [*, layers, k] with experts
+    in [0, num_experts) and k distinct per token on MoE layers; dense layers are masked to -1."""
+    layers: int
+    k: int
+    num_experts: int
+    dense_layers: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, cfg) -> "RouteLayout":
+        """From a t1jax ModelConfig (the HF config.json the trainer loads)."""
+        return cls(cfg.num_hidden_layers, cfg.num_experts_per_tok, cfg.num_experts,
+                   tuple(i for i in range(cfg.num_hidden_layers) if not cfg.is_moe_layer(i)))
+
+    def check(self, routes: np.ndarray, where: str) -> np.ndarray:
+        """routes [rows, layers, k] with dense layers set to -1; RolloutError if a MoE layer's
+        route is out of range or repeats an expert within a token."""
+        routes = routes.astype(np.int32, copy=True)
+        routes[:, list(self.dense_layers), :] = -1
+        moe = [i for i in range(self.layers) if i not in self.dense_layers]
+        if not moe or not len(routes):
+            return routes
+        r = routes[:, moe, :]
+        bad = (r < 0) | (r >= self.num_experts)
+        if bad.any():
+            p, layer, _ = np.argwhere(bad)[0]
+            raise RolloutError(f"{where}: routed_experts has expert {int(r[p, layer].max())} "
+                               f"at position {int(p)}, layer {moe[layer]} (the model has "
+                               f"{self.num_experts} experts)")
+        ordered = np.sort(r, axis=-1)
+        dup = (ordered[..., 1:] == ordered[..., :-1]).any(-1)
+        if dup.any():
+            n = int(dup.any(-1).sum())
+            p, layer = np.argwhere(dup)[0]
+            raise RolloutError(
+                f"{where}: routed_experts repeats an expert within a token at {n} of {len(r)} "
+                f"positions (first: position {int(p)}, layer {moe[layer]}: "
+                f"{r[p, layer].tolist()}); k={self.k} distinct experts are routed per token. "
+                "Is the server started with --enable-return-routed-experts, and without a draft "
+                "model writing the same capture?")
+        return routes
+
+
 class FleetClient:
     """Sticky, failing-over generation over `urls` (e.g. ["http://127.0.0.1:30000", ...]).
 
     timeout_s: per HTTP call; retries: extra attempts (on other live servers, then on any) after
-    a connection error, timeout, 5xx or incomplete response. A 4xx is the request's fault and
-    raises `RolloutError` at once. routes_shape: (layers, k) of routed_experts; None reads it
-    from the first server's /get_model_info (our server reports it; pass it for SGLang).
+    a connection error, timeout, 5xx, incomplete response or an aborted request (finish_reason
+    "abort": the server was paused, restarted or out of memory). A 4xx is the request's fault
+    and raises `RolloutError` at once. layout: the served model's RouteLayout (from its
+    config: `RouteLayout.of(ModelConfig.from_pretrained(path))`).
     """
 
-    def __init__(self, urls: list[str], *, timeout_s: float = 300.0, retries: int = 2,
-                 routes_shape: tuple[int, int] | None = None):
+    def __init__(self, urls: list[str], layout: RouteLayout, *, timeout_s: float = 300.0,
+                 retries: int = 2):
         if not urls:
             raise ValueError("FleetClient needs at least one server url")
+        if not isinstance(layout, RouteLayout):
+            raise TypeError("FleetClient needs the model's RouteLayout (RouteLayout.of(cfg))")
         self.urls = [u.rstrip("/") for u in urls]
         self.timeout_s, self.retries = timeout_s, retries
-        self.routes_shape = routes_shape
+        self.layout = layout
         self.live = set(self.urls)
         self.served = {u: 0 for u in self.urls}  # completed generate calls per server
         self.published: tuple[Path, str] | None = None  # (checkpoint, version) last published
@@ -129,20 +204,14 @@ class FleetClient:
 
     # -- generate ----------------------------------------------------------------------------
 
-    def _routes_shape(self) -> tuple[int, int]:
-        if self.routes_shape is None:
-            info = self.model_info(self.server_for(None))
-            self.routes_shape = (int(info["num_hidden_layers"]), int(info["num_experts_per_tok"]))
-        return self.routes_shape
-
     def generate(self, prompt_ids: list[int], sampling: SamplingParams,
                  routing_key: str | None = None) -> GenerateResult:
         """One complete sample, from the key's server or (after a failure) another one."""
-        body = {"input_ids": [int(t) for t in prompt_ids], "sampling_params":
-                _sampling_dict(sampling), "return_logprob": True, "return_routed_experts": True}
         headers = {} if routing_key is None else {"X-SMG-Routing-Key": str(routing_key)}
         errors = []
-        for _ in range(self.retries + 1):
+        for attempt in range(self.retries + 1):
+            rid = f"{uuid.uuid4().hex}-{attempt}"  # a retry is a new request
+            body = generate_body(prompt_ids, sampling, routing_key, rid)
             ranked = self.ranking(routing_key)
             live = [u for u in ranked if u in self.live]
             if not live:  # everything looked dead: look again before giving up
@@ -155,8 +224,16 @@ class FleetClient:
                 self._mark_dead(url, err)
                 continue
             if status != 200:
-                raise RolloutError(f"{url}/generate rejected the request: HTTP {status}: {resp}")
-            result = self._parse(url, prompt_ids, sampling, resp)
+                raise RolloutError(f"{url}/generate rejected the request {rid}: HTTP {status}: "
+                                   f"{resp}")
+            finish = ((resp or {}).get("meta_info") or {}).get("finish_reason") or {}
+            if isinstance(finish, dict) and finish.get("type") == "abort":
+                err = _ServerError(f"{url}/generate aborted request {rid}: "
+                                   f"{finish.get('message', '')}")
+                errors.append((url, err))
+                self._mark_dead(url, err)  # health_check brings it back when it serves again
+                continue
+            result = self._parse(f"{url} (request {rid})", prompt_ids, sampling, resp)
             with self._lock:
                 self.served[url] += 1
             return result
@@ -181,20 +258,30 @@ class FleetClient:
             lp_ids = [int(x[1]) for x in meta["output_token_logprobs"]]
             finish = meta["finish_reason"]["type"]
             raw = base64.b64decode(meta["routed_experts"])
-        except (KeyError, TypeError, ValueError, IndexError) as err:
+        except KeyError as err:
+            if err.args and err.args[0] == "routed_experts":
+                raise RolloutError(
+                    f"{url}: the /generate response has no meta_info.routed_experts although "
+                    "the request set return_routed_experts: a router in front that drops the "
+                    "field (sglang-router 0.3.2 does), or a server started without "
+                    "--enable-return-routed-experts. Point the fleet at the workers "
+                    "themselves (FleetClient routes sticky by itself)") from None
+            raise RolloutError(f"{url}: malformed /generate response ({err!r})") from None
+        except (TypeError, ValueError, IndexError) as err:
             raise RolloutError(f"{url}: malformed /generate response ({err!r})") from None
         if lp_ids != ids or meta.get("completion_tokens", len(ids)) != len(ids) or not ids:
             raise RolloutError(f"{url}: output_ids, logprobs and completion_tokens disagree")
         if len(ids) > sampling.max_new_tokens:
             raise RolloutError(f"{url}: {len(ids)} tokens > max_new_tokens")
-        layers, k = self._routes_shape()
+        layers, k = self.layout.layers, self.layout.k
         rows = len(prompt_ids) + len(ids) - 1
         routes = np.frombuffer(raw, dtype="<i4")
         if routes.size != rows * layers * k:
             raise RolloutError(f"{url}: routed_experts has {routes.size} entries, expected "
-                               f"[{rows}, {layers}, {k}] = {rows * layers * k}")
-        return GenerateResult(ids, logprobs, routes.reshape(rows, layers, k).astype(np.int32),
-                              finish, str(meta.get("weight_version", "")))
+                               f"[{rows}, {layers}, {k}] = {rows * layers * k} (layers and k "
+                               "from the model's config)")
+        routes = self.layout.check(routes.reshape(rows, layers, k), url)
+        return GenerateResult(ids, logprobs, routes, finish, str(meta.get("weight_version", "")))
 
     # -- weights -----------------------------------------------------------------------------
 
