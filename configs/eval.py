@@ -41,6 +41,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.engine = "embedded"  # embedded (in-process JAX) | fleet (servers hold the policy)
     config.engine_batch = 8  # sequences the embedded engine decodes together
     config.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
+    config.fleet_router = ""  # an SGLang model gateway in front of them (configs/ppo.py)
     config.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)
 
     config.harness = "terminus"  # terminus (Terminus-2 JSON replies, as T1 reports) | tools

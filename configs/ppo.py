@@ -55,6 +55,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.engine = "embedded"  # embedded (in-process JAX) | fleet (HTTP servers)
     config.rollouts.engine_batch = 8  # sequences the embedded engine decodes together
     config.rollouts.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
+    # an SGLang model gateway in front of them (smg >= 1.13, --policy consistent_hashing):
+    # generation goes through it, weights are published to every fleet_urls server
+    config.rollouts.fleet_router = ""
     config.rollouts.weights_dir = ""  # disk the servers share, for published weights
 
     config.sft = ml_collections.ConfigDict()

@@ -52,6 +52,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.engine = "embedded"
     config.rollouts.engine_batch = 8
     config.rollouts.fleet_urls = ""
+    config.rollouts.fleet_router = ""  # configs/ppo.py says what it is
     config.rollouts.weights_dir = ""
     config.rollouts.batch_size = 8  # trials per PPO step
     # 1: every launched trial is trained, so a seeded run repeats (with more, which trials a

@@ -11,6 +11,7 @@ bash scripts/setup.sh
 # The tiny TPU ahead-of-time compiles (tests/test_aot_tpu.py) run libtpu from .venv-tpu; the
 # real-scale ones are scripts/check_tpu_fit.sh. T1JAX_SKIP_TPU_AOT=1 skips both.
 [ "${T1JAX_SKIP_TPU_AOT:-0}" = 1 ] || bash scripts/setup_tpu.sh
+bash scripts/setup_sglang.sh  # SGLang's router and /generate contract for the fleet tests
 echo "[test] set-up took $(( $(date +%s) - setup_start )) s (not counted in the suite's time)" >&2
 workers=${T1JAX_TEST_WORKERS:-$(nproc)}
 [ "$workers" -gt 4 ] && workers=4

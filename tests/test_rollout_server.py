@@ -176,6 +176,8 @@ def test_batched_input_ids_and_sglang_format(servers, engine):
     ({"input_ids": [1], "logprob_start_len": 0}, "logprob_start_len"),
     ({"input_ids": [1], "top_logprobs_num": 5}, "top_logprobs_num"),
     ({"input_ids": [1], "stream": True}, "stream"),
+    ({"input_ids": [1], "return_entropy": True}, "return_entropy"),
+    ({"input_ids": [1], "log_metrics": "on"}, "log_metrics"),
     ({"input_ids": [1], "text": "hi"}, "text"),
     ({"input_ids": [1], "rid": 5}, "rid"),
     ({"input_ids": [[1], [2]], "rid": ["a"]}, "rid"),
@@ -198,7 +200,10 @@ def test_sglang_keys_rid_routes_start_and_cache_endpoint(servers, engine):
     status, out = post(url + "/generate", {
         "input_ids": PROMPTS[0], "rid": "req-1", "return_logprob": True, "logprob_start_len": -1,
         "return_routed_experts": True, "routed_experts_start_len": 3, "stream": False,
-        "sampling_params": sp, "routing_key": "ep-1"})
+        "sampling_params": sp, "routing_key": "ep-1",
+        # what sglang-router (smg 1.13) adds to every request it forwards
+        "model": "unknown", "log_metrics": True, "background": False, "no_logs": False,
+        "return_bytes": False, "return_entropy": False, "return_text_in_logprobs": False})
     assert status == 200 and out["meta_info"]["id"] == "req-1"
     assert out["output_ids"] == want[0].output_ids
     routes = np.frombuffer(base64.b64decode(out["meta_info"]["routed_experts"]), np.int32)

@@ -9,9 +9,11 @@ It exits 0 with "SKIP: ..." when SGLang is not installed or there is no CUDA GPU
      top-2 of 16 experts) and writes it with `export_hf` (plus a tokenizer.json);
   2. launches `python -m sglang.launch_server --model-path DIR --enable-return-routed-experts`
      (the flag spelling is read from the installed version's `--help`) and waits for /health;
-  3. POSTs /generate with input_ids, greedy sampling_params (max_new_tokens 16, ignore_eos),
-     return_logprob and return_routed_experts; decodes meta_info.routed_experts (base64 int32)
-     to [prompt + output - 1, layers, k];
+  3. generates through FleetClient, the trainer's own path (the body of
+     t1jax.rollout.sglang.generate_body: input_ids, greedy sampling_params with max_new_tokens
+     16, return_logprob, return_routed_experts, rid, routing_key), which decodes
+     meta_info.routed_experts (base64 int32) to [prompt + output - 1, layers, k] and checks
+     it against the model config's layout (dense layers -1, k distinct experts per token);
   4. compares with t1jax on the same (exported, re-loaded) weights: JaxEngine's greedy ids, and,
      teacher-forced on SGLang's own ids, the log-probs (max |Δ|) and the expert sets per
      position and MoE layer (fraction identical);
@@ -24,7 +26,6 @@ and prints a PASS/FAIL summary (exit 1 on FAIL). The server's log is in the temp
 from __future__ import annotations
 
 import argparse
-import base64
 import importlib.util
 import json
 import os
@@ -133,19 +134,6 @@ def weight_version_of(base: str) -> str | None:
     return None
 
 
-def decode_routes(meta: dict, rows: int, k: int):
-    import numpy as np
-    raw = meta["routed_experts"]
-    if isinstance(raw, str):
-        arr = np.frombuffer(base64.b64decode(raw), dtype="<i4")
-    else:  # some versions return nested lists
-        arr = np.asarray(raw, dtype=np.int32).reshape(-1)
-    if arr.size % (rows * k):
-        raise ValueError(f"routed_experts has {arr.size} entries, not a multiple of "
-                         f"rows*k = {rows}*{k}")
-    return arr.reshape(rows, arr.size // (rows * k), k).astype(np.int32)
-
-
 # -- the check -------------------------------------------------------------------------------
 
 def main() -> int:
@@ -176,6 +164,7 @@ def main() -> int:
     from t1jax.model.transformer import CausalLM
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.jax_engine import JaxEngine
+    from t1jax.rollout.sglang import FleetClient, RouteLayout
     from t1jax.rollout.tokenizer import train_tokenizer
 
     import sglang
@@ -233,25 +222,16 @@ def main() -> int:
         rng = np.random.default_rng(0)
         prompt = rng.integers(1, cfg.vocab_size, size=args.prompt_len).tolist()
 
+        # the trainer's own request and parsing path (FleetClient: generate_body, the routes'
+        # layout from the model config, their checks), which the CPU tests cover
+        client = FleetClient([base], RouteLayout.of(cfg), timeout_s=300, retries=0)
+
         def generate(version_hint: str):
-            sampling = {"temperature": 0.0, "max_new_tokens": args.new, "ignore_eos": True}
-            body = {"input_ids": prompt, "sampling_params": sampling,
-                    "return_logprob": True, "return_routed_experts": True}
-            status, resp = http(f"{base}/generate", body, timeout=300)
-            if status == 400 and "ignore_eos" in str(resp):  # t1jax.rollout.server: no eos
-                del sampling["ignore_eos"]
-                status, resp = http(f"{base}/generate", body, timeout=300)
-            if status != 200:
-                raise RuntimeError(f"/generate ({version_hint}): HTTP {status}: {resp}")
-            if isinstance(resp, list):
-                resp = resp[0]
-            meta = resp["meta_info"]
-            ids = [int(i) for i in resp.get("output_ids") or
-                   [x[1] for x in meta["output_token_logprobs"]]]
-            logp = np.array([float(x[0]) for x in meta["output_token_logprobs"]])
-            rows = len(prompt) + len(ids) - 1
-            routes = decode_routes(meta, rows, cfg.num_experts_per_tok)
-            return ids, logp, routes, meta
+            res = client.generate(prompt, SamplingParams(temperature=0.0,
+                                                         max_new_tokens=args.new),
+                                  routing_key=f"gpu-check-{version_hint}")
+            return (res.output_ids, np.asarray(res.output_logprobs), res.routed_experts,
+                    {"weight_version": res.weight_version})
 
         def compare(model, ids, logp, routes, label):
             seq = prompt + ids
@@ -261,13 +241,7 @@ def main() -> int:
             dlogp = float(np.abs(logp - want).max())
             moe = list(cfg.moe_layers)
             ref = ref_routes[:len(seq) - 1]
-            if routes.shape[1] == cfg.num_hidden_layers:
-                got = routes[:, moe]
-            elif routes.shape[1] == len(moe):  # only the MoE layers are captured
-                got = routes
-            else:
-                raise ValueError(f"{label}: routes have {routes.shape[1]} layers; the model has "
-                                 f"{cfg.num_hidden_layers} ({len(moe)} MoE)")
+            got = routes[:, moe]  # FleetClient checked [rows, layers, k]; dense layers are -1
             same = np.sort(got, axis=-1) == np.sort(ref[:, moe], axis=-1)
             frac = float(same.all(axis=-1).mean())
             print(f"{label}: {len(ids)} ids; max |Δlogprob| {dlogp:.2e} (tol {tol_logp:g}); "

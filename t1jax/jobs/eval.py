@@ -117,7 +117,8 @@ def run(config, workdir: Path) -> int:
                                  max_len=engine_len, weight_version=default_label)
     else:
         from t1jax.jobs.train import FleetEngine, fleet_client
-        engine = FleetEngine(fleet_client(config.fleet_urls, model_config_from(config.model)),
+        engine = FleetEngine(fleet_client(config.fleet_urls, model_config_from(config.model),
+                                           config.get("fleet_router", "")),
                              engine_len)
         default_label = "fleet"
     label = config.label or default_label

@@ -99,10 +99,11 @@ class FleetEngine:
         return self.client.generate_many(prompts, sampling, routing_keys=session_ids)
 
 
-def fleet_client(urls: str, model_cfg):
-    """A FleetClient over comma-separated urls, reading routes by the model's own config."""
+def fleet_client(urls: str, model_cfg, router: str = ""):
+    """A FleetClient over comma-separated urls (generating through `router` if one is given),
+    reading routes by the model's own config."""
     from t1jax.rollout.sglang import FleetClient, RouteLayout
-    return FleetClient(urls.split(","), RouteLayout.of(model_cfg))
+    return FleetClient(urls.split(","), RouteLayout.of(model_cfg), router=router or None)
 
 
 def _live_source(config, trainer, workdir: Path):
@@ -138,7 +139,8 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
     elif r.engine == "fleet":
         if not r.fleet_urls:
             raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
-        engine = FleetEngine(fleet_client(r.fleet_urls, trainer.cfg), config.rl.max_length)
+        engine = FleetEngine(fleet_client(r.fleet_urls, trainer.cfg, r.get("fleet_router", "")),
+                             config.rl.max_length)
         weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
 
         def publish_to_fleet(trainer, version):  # HF safetensors on a shared disk

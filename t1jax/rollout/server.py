@@ -53,9 +53,12 @@ _SAMPLING_KEYS = {"temperature": float, "top_p": float, "top_k": int, "max_new_t
 # accepted and honoured as SGLang does; with no text output, the text-shaping ones change nothing
 _SAMPLING_FLAGS = ("ignore_eos", "no_stop_trim", "skip_special_tokens",
                    "spaces_between_special_tokens")
+# GenerateReqInput fields that only change what a served request returns or logs; the ones
+# sglang-router (smg) 1.13 fills in on every request it forwards are among them
+_OFF_ONLY = ("stream", "return_text_in_logprobs", "background", "return_bytes", "return_entropy")
 _BODY_KEYS = {"input_ids", "sampling_params", "return_logprob", "return_routed_experts", "rid",
-              "routing_key", "logprob_start_len", "routed_experts_start_len", "stream",
-              "top_logprobs_num", "return_text_in_logprobs"}
+              "routing_key", "logprob_start_len", "routed_experts_start_len", "top_logprobs_num",
+              "model", "log_metrics", "no_logs", *_OFF_ONLY}
 
 
 def parse_sampling(d, field: str = "sampling_params",
@@ -113,9 +116,12 @@ def parse_generate(body, vocab_size: int, eos_ids: tuple[int, ...] = ()):
     for k in body:
         if k not in _BODY_KEYS:
             raise BadRequest(k, f"unsupported; supported: {sorted(_BODY_KEYS)}")
-    for k, ok in (("stream", False), ("return_text_in_logprobs", False)):
-        if body.get(k, ok) is not ok:
-            raise BadRequest(k, f"only {str(ok).lower()} is served")
+    for k in _OFF_ONLY:
+        if body.get(k, False) is not False:
+            raise BadRequest(k, "only false is served")
+    for k in ("log_metrics", "no_logs"):  # logging switches: nothing to log here
+        if not isinstance(body.get(k, False), bool):
+            raise BadRequest(k, "must be a boolean")
     if body.get("logprob_start_len", -1) != -1:
         raise BadRequest("logprob_start_len", "input log-probs are not computed; only -1 "
                          "(output log-probs) is served")
@@ -289,9 +295,13 @@ class EngineService:
 
     def model_info(self) -> dict:
         return {"model_path": self.model_path, "tokenizer_path": None, "is_generation": True,
-                "weight_version": self.engine.weight_version,
-                "num_hidden_layers": self.cfg.num_hidden_layers,
-                "num_experts_per_tok": self.cfg.num_experts_per_tok}
+                "weight_version": self.engine.weight_version}
+
+    def server_info(self) -> dict:
+        """SGLang's /get_server_info carries server args and internal states; ours, the
+        engine's counters (requests run, session prefix hits) that tests and operators read."""
+        return {"model_path": self.model_path, "weight_version": self.engine.weight_version,
+                "internal_states": [dict(self.engine.stats)]}
 
 
 def _aborted(prompt, rid) -> dict:
@@ -337,6 +347,8 @@ def make_handler(service: EngineService):
                 self._send(200, {})
             elif self.path in ("/get_model_info", "/model_info"):  # SGLang has both
                 self._send(200, service.model_info())
+            elif self.path in ("/get_server_info", "/server_info"):
+                self._send(200, service.server_info())
             else:
                 self._send(404, {"error": f"no route {self.path}"})
 

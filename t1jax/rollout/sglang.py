@@ -122,6 +122,11 @@ class RouteLayout:
 class FleetClient:
     """Sticky, failing-over generation over `urls` (e.g. ["http://127.0.0.1:30000", ...]).
 
+    router: an SGLang model gateway in front of `urls` (smg >= 1.13 with --policy
+    consistent_hashing: it forwards return_routed_experts and routes by X-SMG-Routing-Key).
+    Generation then goes through it, which picks the worker and fails over; weights are still
+    published to, and confirmed by, every worker in `urls` directly.
+
     timeout_s: per HTTP call; retries: extra attempts (on other live servers, then on any) after
     a connection error, timeout, 5xx, incomplete response or an aborted request (finish_reason
     "abort": the server was paused, restarted or out of memory). A 4xx is the request's fault
@@ -130,11 +135,12 @@ class FleetClient:
     """
 
     def __init__(self, urls: list[str], layout: RouteLayout, *, timeout_s: float = 300.0,
-                 retries: int = 2):
+                 retries: int = 2, router: str | None = None):
         if not urls:
             raise ValueError("FleetClient needs at least one server url")
         if not isinstance(layout, RouteLayout):
             raise TypeError("FleetClient needs the model's RouteLayout (RouteLayout.of(cfg))")
+        self.router = router.rstrip("/") if router else None
         self.urls = [u.rstrip("/") for u in urls]
         self.timeout_s, self.retries = timeout_s, retries
         self.layout = layout
@@ -212,16 +218,20 @@ class FleetClient:
         for attempt in range(self.retries + 1):
             rid = f"{uuid.uuid4().hex}-{attempt}"  # a retry is a new request
             body = generate_body(prompt_ids, sampling, routing_key, rid)
-            ranked = self.ranking(routing_key)
-            live = [u for u in ranked if u in self.live]
-            if not live:  # everything looked dead: look again before giving up
-                live = [u for u in ranked if u in self.health_check()] or ranked
-            url = live[0]  # a failed server was marked dead: the next one in rank
+            if self.router:  # it picks the worker by the key header and fails over itself
+                url = self.router
+            else:
+                ranked = self.ranking(routing_key)
+                live = [u for u in ranked if u in self.live]
+                if not live:  # everything looked dead: look again before giving up
+                    live = [u for u in ranked if u in self.health_check()] or ranked
+                url = live[0]  # a failed server was marked dead: the next one in rank
             try:
                 status, resp = self._call(url, "POST", "/generate", body, headers)
             except (_ServerError, *_FAILOVER) as err:
                 errors.append((url, err))
-                self._mark_dead(url, err)
+                if url != self.router:
+                    self._mark_dead(url, err)
                 continue
             if status != 200:
                 raise RolloutError(f"{url}/generate rejected the request {rid}: HTTP {status}: "
@@ -231,11 +241,12 @@ class FleetClient:
                 err = _ServerError(f"{url}/generate aborted request {rid}: "
                                    f"{finish.get('message', '')}")
                 errors.append((url, err))
-                self._mark_dead(url, err)  # health_check brings it back when it serves again
+                if url != self.router:  # health_check brings it back when it serves again
+                    self._mark_dead(url, err)
                 continue
             result = self._parse(f"{url} (request {rid})", prompt_ids, sampling, resp)
             with self._lock:
-                self.served[url] += 1
+                self.served[url] = self.served.get(url, 0) + 1
             return result
         raise RolloutError(f"generate failed after {len(errors)} attempts: "
                            + "; ".join(f"{u}: {type(e).__name__}: {e}" for u, e in errors))
@@ -263,9 +274,10 @@ class FleetClient:
                 raise RolloutError(
                     f"{url}: the /generate response has no meta_info.routed_experts although "
                     "the request set return_routed_experts: a router in front that drops the "
-                    "field (sglang-router 0.3.2 does), or a server started without "
-                    "--enable-return-routed-experts. Point the fleet at the workers "
-                    "themselves (FleetClient routes sticky by itself)") from None
+                    "field (sglang-router <= 0.3.2 does; smg 1.13 forwards it), or a server "
+                    "started without --enable-return-routed-experts. Upgrade the router, or "
+                    "point the fleet at the workers themselves (FleetClient routes sticky by "
+                    "itself)") from None
             raise RolloutError(f"{url}: malformed /generate response ({err!r})") from None
         except (TypeError, ValueError, IndexError) as err:
             raise RolloutError(f"{url}: malformed /generate response ({err!r})") from None
