@@ -43,6 +43,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
     config.fleet_router = ""  # an SGLang model gateway in front of them (configs/ppo.py)
     config.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)
+    config.tool_format = ""  # qwen3_json | qwen3_xml; "": the checkpoint's chat template says
 
     config.harness = "terminus"  # terminus (Terminus-2 JSON replies, as T1 reports) | tools
     config.attempts = 3  # trials per task; pass@k is reported for k = 1..attempts

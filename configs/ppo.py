@@ -44,6 +44,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.task_filter = ""  # comma-separated task ids; "" = all
     config.rollouts.heldout_dirs = ""  # comma-separated benchmark dirs never to train on
     config.rollouts.tokenizer = ""  # tokenizer.json (default: trained offline, cached)
+    # qwen3_json | qwen3_xml; "": the checkpoint's (init.hf_path) or tokenizer folder's chat
+    # template says (t1jax/rollout/chat.py), else qwen3_json
+    config.rollouts.tool_format = ""
     config.rollouts.batch_size = 4  # trials per step (one sample per trial)
     config.rollouts.oversample = 1.5  # launch this many times more, admit the first to finish
     config.rollouts.carry_over = True  # unfinished trials continue next step (not dropped)

@@ -300,7 +300,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
              verifier_mode: str = "script", allow_network: bool = False,
              internet_tasks: str = "skip", run_id: str | None = None,
              images: dict | None = None, save_samples: bool = True, context=None,
-             seed: int | None = None, progress: Callable[[str, str], Any] | None = None) -> dict:
+             seed: int | None = None, progress: Callable[[str, str], Any] | None = None,
+             tool_format: str = "qwen3_json") -> dict:
     """Run `attempts` trials of every task (fresh sandbox each), verify, write trials.jsonl,
     summary.json, summary.md and samples/*.npz to out_dir; return the summary.
 
@@ -347,6 +348,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         system_prompt=system_prompt or SYSTEM_PROMPTS[harness])
     if context is not None:  # a t1jax.rollout.context.ContextPolicy (either harness)
         episode_kwargs["context"] = context
+    if harness == "tools":  # Terminus-2 writes its own JSON commands, not tool calls
+        episode_kwargs["tool_format"] = tool_format
 
     skipped: dict[str, str] = {}
     for task in tasks:  # builds are CPU-bound: one at a time

@@ -260,3 +260,19 @@ def test_real_jax_engine_two_turns(tok, task, shared_box):
     assert ran[:m].all() and not ran[m:].any() and n - m in (1, 2)
     assert sum(traj.loss_mask) == sum(r.sampled for r in traj.records)
     assert traj.weight_versions == [engine.weight_version] * traj.turns
+
+
+def test_xml_tool_calls_drive_the_shell(tok, task, shared_box):
+    """tool_format="qwen3_xml" (Qwen3.5's form): the prompt describes it, an XML call runs, a
+    call in the other form is answered with an error rather than run."""
+    texts = [render_tool_call("echo xml-call-ran", "qwen3_xml"),
+             render_tool_call("echo json-call", "qwen3_json"), "Done."]
+    engine = ScriptedEngine(tok, texts)
+    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_tokens=8192,
+                             tool_format="qwen3_xml")
+    assert "<function=NAME>" in tok.decode(engine.prompts[0], skip_special_tokens=False)
+    assert traj.finish == "done" and traj.tool_calls == 1
+    assert traj.records[0].commands[0].exit_code == 0
+    assert "xml-call-ran" in tok.decode(engine.prompts[1][len(engine.prompts[0]):])
+    assert traj.records[1].errors and not traj.records[1].commands
+    check_record(traj, engine.prompts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -147,6 +148,7 @@ def run(config, workdir: Path) -> int:
             solved[0] += what.endswith(": resolved")
             progress.update(trials, advance=1, info=f"resolved {solved[0]}")
 
+        from t1jax.rollout import chat
         try:
             summary = evaluate(
                 tasks, engine, tok, backend, label=label, attempts=config.attempts,
@@ -159,7 +161,9 @@ def run(config, workdir: Path) -> int:
                 system_prompt=config.system_prompt or None, verifier_mode=config.verifier.mode,
                 allow_network=config.sandbox.allow_network,
                 internet_tasks=config.internet_tasks, run_id=run_id, context=context,
-                seed=seed, progress=tick)
+                seed=seed, progress=tick, tool_format=chat.resolve_tool_format(
+                    config.get("tool_format", ""), config.policy.get("hf_path", ""),
+                    os.path.dirname(config.tokenizer)))
         finally:
             backend.reap(run_id)  # whatever an interrupt left running
         # skipped tasks never get a trial: fill the bar so it ends complete

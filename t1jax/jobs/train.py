@@ -7,6 +7,7 @@ checkpoint through `init.actor` (SFT) and `init.critic` (Critic Warm-Up, paramet
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from absl import logging
@@ -57,11 +58,20 @@ def _sft_source(config, trainer, workdir: Path):
         samples, skipped = oracle_samples(
             tasks, backend, tok, scale, num_layers=trainer.cfg.num_hidden_layers,
             top_k=trainer.cfg.num_experts_per_tok, workers=config.sandbox.concurrency,
-            limits=limits, max_len=config.rl.max_length)
+            limits=limits, max_len=config.rl.max_length, tool_format=tool_format(config))
         for task_id, why in skipped:
             logging.warning("SFT data: skipped %s: %s", task_id, why)
         save_dataset(samples, data_dir, skipped=len(skipped))
     return DatasetBatches(load_samples(data_dir), config.sft.batch_size, config.seed)
+
+
+def tool_format(config) -> str:
+    """How the policy writes tool calls: config.rollouts.tool_format, else its checkpoint's
+    (init.hf_path) or tokenizer's chat template, else qwen3_json (chat.resolve_tool_format)."""
+    from t1jax.rollout.chat import resolve_tool_format
+    r, init = config.rollouts, config.get("init") or {}
+    return resolve_tool_format(r.get("tool_format", ""), init.get("hf_path", "") if init else "",
+                               os.path.dirname(r.get("tokenizer", "") or ""))
 
 
 def _task_stack(config):
@@ -161,7 +171,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,
                           tito=r.tito,
-                          seed=rollout_seed(config, stage),
+                          seed=rollout_seed(config, stage), tool_format=tool_format(config),
                           context=context.from_config(r, trainer.cfg.max_position_embeddings,
                                                       config.rl.max_length),
                           **({} if system_prompt is None else {"system_prompt": system_prompt}))

@@ -217,7 +217,8 @@ class _Compactor:
 
     def __init__(self, tokenizer: Tokenizer, system: str, instruction: str,
                  policy: ctx.ContextPolicy, sampling: SamplingParams, stops, prefix_len: int,
-                 budget: int):
+                 budget: int, tool_format: str = "qwen3_json"):
+        self.tool_format = tool_format
         self.tok, self.system, self.instruction, self.policy = tokenizer, system, instruction, \
             policy
         self.sampling, self.stops, self.prefix_len, self.budget = sampling, stops, prefix_len, \
@@ -259,7 +260,7 @@ class _Compactor:
         replay = ctx.replay_prompt(self.tok, self.system, self.instruction, self.history,
                                    limit=min(self.budget - self.reserve(), self.prefix_len + int(
                                        (self.budget - self.prefix_len) * p.replay_fraction)),
-                                   omitted=self.omitted)
+                                   omitted=self.omitted, tool_format=self.tool_format)
         if replay is None or not trial.new_chunk(replay[0], self.reserve()):
             return False
         self.history, self.omitted = self.history[replay[1]:], self.omitted + replay[1]
@@ -283,7 +284,8 @@ class _Compactor:
                                   summary=True, chunk=len(trial.closed)))
         summary = self.tok.decode(res.output_ids, skip_special_tokens=True)
         ids = ctx.summary_prompt(self.tok, self.system, self.instruction, summary, shown,
-                                 limit=self.budget - self.reserve())
+                                 limit=self.budget - self.reserve(),
+                                 tool_format=self.tool_format)
         if len(ids) + self.reserve() > self.budget or not trial.new_chunk(ids, self.reserve()):
             return False
         self.history, self.omitted = [], 0
@@ -295,7 +297,8 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       max_tokens: int | None = None, timeout_s: float | None = None,
                       command_timeout_s: float = 180.0, max_observation_bytes: int = 10_000,
                       system_prompt: str = SYSTEM_PROMPT, tito: bool = True,
-                      context: ctx.ContextPolicy | None = None) -> Trajectory:
+                      context: ctx.ContextPolicy | None = None,
+                      tool_format: str = "qwen3_json") -> Trajectory:
     """Run one episode of `task` in `sandbox` (started by the caller, who also verifies it).
 
     max_tokens: the whole trial's budget, every chunk together (default: the engine's max_len).
@@ -304,7 +307,8 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     timeout_sec). tito=False: every prompt and the final sample are the conversation
     re-rendered as text and re-encoded, with sampled log-probs and routes attached by position
     (the "without TITO" ablation; no compaction). Raises RolloutError only when the rollout's
-    record is unusable; model mistakes become observations.
+    record is unusable; model mistakes become observations. tool_format: how the model writes
+    tool calls (chat.TOOL_FORMATS; a checkpoint's own, chat.tool_format_of).
     """
     max_tokens = int(max_tokens or getattr(engine, "max_len", 32768))
     if context is not None and not tito:
@@ -313,7 +317,7 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
     deadline = time.monotonic() + timeout_s
     stops = _stop_ids(tokenizer, sampling)
-    prefix_text = render_prefix(system_prompt, task.instruction)
+    prefix_text = render_prefix(system_prompt, task.instruction, tool_format)
     prefix = tokenizer.encode(prefix_text, add_special_tokens=False).ids
     budget = min(context.budget, max_tokens) if context is not None else max_tokens
     if len(prefix) >= budget:
@@ -321,7 +325,8 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                            f"{budget}")
     trial = _Trial(tokenizer, prefix if tito else prefix_text, tito, max_tokens)
     compactor = None if context is None else _Compactor(
-        tokenizer, system_prompt, task.instruction, context, sampling, stops, len(prefix), budget)
+        tokenizer, system_prompt, task.instruction, context, sampling, stops, len(prefix), budget,
+        tool_format)
     records, versions = [], []
     finish, n_calls = "turns", 0
 
@@ -341,7 +346,7 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
         res = chunk.generate(engine, params, tito)
         versions.append(res.weight_version)
         text = tokenizer.decode(res.output_ids, skip_special_tokens=False)
-        commands, errors = parse_tool_calls(text)
+        commands, errors = parse_tool_calls(text, tool_format)
         if not commands and not errors and res.finish_reason == FINISH_LENGTH:
             # A reply cut by max_new_tokens is not a final answer: say so and go on.
             errors.append(f"your reply was cut off after {len(res.output_ids)} tokens, before "

@@ -107,8 +107,9 @@ def auto_reserve(max_new_tokens: int, largest_output: int, room: int) -> int:
     return max(max_new_tokens, min(max_new_tokens + largest_output, room // 2))
 
 
-def _prefix(tok: Tokenizer, system: str, instruction: str) -> list[int]:
-    return tok.encode(render_prefix(system, instruction), add_special_tokens=False).ids
+def _prefix(tok: Tokenizer, system: str, instruction: str, tool_format: str) -> list[int]:
+    return tok.encode(render_prefix(system, instruction, tool_format),
+                      add_special_tokens=False).ids
 
 
 def stub(observations: list[str]) -> list[str]:
@@ -124,7 +125,8 @@ def elide(turns: list[Turn], keep: int) -> list[Turn]:
 
 
 def replay_prompt(tok: Tokenizer, system: str, instruction: str, turns: list[Turn], *,
-                  limit: int, omitted: int = 0) -> tuple[list[int], int] | None:
+                  limit: int, omitted: int = 0,
+                  tool_format: str = "qwen3_json") -> tuple[list[int], int] | None:
     """The instruction, then each turn's reply ids verbatim and its tool output; while longer
     than `limit`, the oldest turns are dropped (a note in the instruction counts them, with the
     `omitted` earlier), all of them if need be. Returns the ids and how many of `turns` were
@@ -133,7 +135,7 @@ def replay_prompt(tok: Tokenizer, system: str, instruction: str, turns: list[Tur
     for first in range(len(turns) + 1):
         dropped = omitted + first
         note = "\n\n" + OMITTED.format(turns=dropped) if dropped else ""
-        ids = _prefix(tok, system, instruction + note)
+        ids = _prefix(tok, system, instruction + note, tool_format)
         for body in bodies[first:]:
             ids += body
         if len(ids) <= limit:
@@ -147,14 +149,15 @@ def summary_note_ids(tok: Tokenizer) -> list[int]:
 
 
 def summary_prompt(tok: Tokenizer, system: str, instruction: str, summary: str,
-                   last_output: list[str] = (), *, limit: int | None = None) -> list[int]:
+                   last_output: list[str] = (), *, limit: int | None = None,
+                   tool_format: str = "qwen3_json") -> list[int]:
     """The next chunk's prompt after a summary: the instruction, the policy's summary, then the
     tool output that filled the context (the summary was written from it, or from a stub of
     it, and the next turn usually acts on it): whole if the prompt stays within `limit`
     tokens, else as a stub, else left out."""
     head = f"{instruction}\n\n{SUMMARY_HEADER}\n{summary.strip()}"
     for shown in ([last_output, stub(last_output)] if last_output else []):
-        ids = _prefix(tok, system, f"{head}\n\n{LAST_OUTPUT}\n" + "\n".join(shown))
+        ids = _prefix(tok, system, f"{head}\n\n{LAST_OUTPUT}\n" + "\n".join(shown), tool_format)
         if limit is None or len(ids) <= limit:
             return ids
-    return _prefix(tok, system, head)
+    return _prefix(tok, system, head, tool_format)

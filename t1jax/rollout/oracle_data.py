@@ -218,7 +218,8 @@ class OracleEngine:
     weight_version = "oracle"
 
     def __init__(self, tokenizer, commands: list[str], *, num_layers: int, top_k: int,
-                 max_len: int = 32768, final_answer: str = FINAL_ANSWER, name: str = "oracle"):
+                 max_len: int = 32768, final_answer: str = FINAL_ANSWER, name: str = "oracle",
+                 tool_format: str = "qwen3_json"):
         if num_layers < 1 or top_k < 1:
             raise ValueError(f"{name}: need num_layers >= 1 and top_k >= 1, got "
                              f"{num_layers}, {top_k}")
@@ -227,7 +228,8 @@ class OracleEngine:
         self.im_end = tokenizer.token_to_id(IM_END)
         if self.im_end is None:
             raise ValueError(f"{name}: the tokenizer has no {IM_END} token")
-        self.texts = [render_tool_call(c) for c in commands] + [final_answer]
+        self.tool_format = tool_format
+        self.texts = [render_tool_call(c, tool_format) for c in commands] + [final_answer]
         self.turn_ids = [self._encode(t, commands[i] if i < len(commands) else None, i)
                          for i, t in enumerate(self.texts)]
         self.calls = 0
@@ -235,7 +237,7 @@ class OracleEngine:
     def _encode(self, text: str, command: str | None, turn: int) -> list[int]:
         ids = self.tok.encode(text + IM_END, add_special_tokens=False).ids
         back = self.tok.decode(ids, skip_special_tokens=False)
-        calls, errors = parse_tool_calls(back)
+        calls, errors = parse_tool_calls(back, self.tool_format)
         want = [command] if command is not None else []
         if ids[-1:] != [self.im_end] or ids.count(self.im_end) != 1 or calls != want or errors:
             raise ValueError(f"{self.name}: turn {turn} does not round-trip through the "
@@ -274,13 +276,14 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
                    workers: int = 2, limits: Limits = Limits(), verifier_mode: str = "script",
                    max_len: int = 32768, attempt: int = 0, run_id: str | None = None,
                    images: dict | None = None, final_answer: str = FINAL_ANSWER,
-                   system_prompt: str | None = None,
+                   system_prompt: str | None = None, tool_format: str = "qwen3_json",
                    progress=None) -> tuple[list[Sample], list[tuple[str, str]]]:
     """Play every task's reference solution through the agent loop in a fresh sandbox, verify
     it, and keep the solved episodes as Samples (task order). `skipped` lists (task_id, reason)
     for the rest: no or unsplittable solution, build failure, rollout error, verifier failure,
     or unresolved. images: task_id -> built image, reused and filled in. system_prompt: the
-    one the policy's own rollouts will use (default: the agent's)."""
+    one the policy's own rollouts will use (default: the agent's); tool_format: the form its
+    calls take (chat.TOOL_FORMATS), the policy's own."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     run_id = run_id or f"sft-oracle-{uuid.uuid4().hex[:8]}"
@@ -302,7 +305,7 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
             return None, f"build failed: {type(err).__name__}: {err}"
         engine = OracleEngine(tokenizer, commands, num_layers=num_layers, top_k=top_k,
                               max_len=max_len, final_answer=final_answer,
-                              name=f"task {tid} oracle")
+                              name=f"task {tid} oracle", tool_format=tool_format)
         t0 = time.monotonic()
         try:
             spec = SandboxSpec(image=images[tid], limits=task_limits(task, limits),
@@ -311,6 +314,7 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
                 traj = run_agent_episode(task, engine, tokenizer, box, sampling=sampling,
                                          max_turns=len(commands) + 1, max_tokens=max_len,
                                          command_timeout_s=task.agent.timeout_sec,
+                                         tool_format=tool_format,
                                          **({} if system_prompt is None
                                             else {"system_prompt": system_prompt}))
                 agent_s = time.monotonic() - t0
