@@ -3,6 +3,8 @@ engine, the verifier scores each trial, the trainer steps, and each new policy i
 to the engine. One step off-policy, step t+1's trials are sampled by the weights of step t-1
 (their recorded weight versions say so); synchronously, by the weights of step t."""
 
+import json
+
 import jax
 import pytest
 
@@ -89,28 +91,50 @@ def test_live_ppo_with_compaction_splits_long_trials_over_rows(docker_backend, t
     assert m["mismatch/logprob_gap"] < 1e-3
 
 
-def test_live_ppo_through_a_server_fleet(docker_backend, tmp_path):
+@pytest.mark.parametrize("via_router", [False, True], ids=["direct", "router"])
+def test_live_ppo_through_a_server_fleet(docker_backend, tmp_path, via_router):
     """The same loop with the policy served over HTTP (a t1jax engine server speaking SGLang's
-    /generate): each step's weights are exported as HF safetensors and loaded by the server."""
+    /generate): each step's weights are exported as HF safetensors and loaded by the server.
+    via_router: the trials' generation goes through the SGLang model gateway (smg, the real
+    router; config.rollouts.fleet_router), sticky by trial: every later turn of a trial reuses
+    its prefix on the worker; weights are still published to the worker itself."""
+    import urllib.request
+
     from t1jax.model.hf_io import export_hf
     from test_rollout_server import free_port, start_server, wait_healthy
+    from test_router import start_router
     config = small_config("sync")
     trainer = Trainer(model_config_from(config.model), config.rl,
                       make_mesh(devices=jax.devices()[:1]), seed=0)
     path = export_hf(trainer.actor_model(), tmp_path / "initial")
     port = free_port()
-    proc = start_server(path, port, max_len=config.rl.max_length)
+    proc, router = start_server(path, port, max_len=config.rl.max_length), None
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc, timeout_s=120)
         config.rollouts.update(dict(engine="fleet", fleet_urls=url))
+        if via_router:
+            router_port = free_port()
+            router = start_router(router_port, [url], tmp_path / "router.log")
+            config.rollouts.fleet_router = f"http://127.0.0.1:{router_port}"
+            wait_healthy(config.rollouts.fleet_router, router, timeout_s=60)
         source = train_job._live_source(config, trainer, tmp_path)
         history = loop.run(trainer, source, tmp_path, loop.LoopOptions(steps=1))
-        assert source.engine.client.model_info(url)["weight_version"] == "1"
+        client = source.engine.client
+        served = {u for u, n in client.served.items() if n}
+        assert served == {config.rollouts.fleet_router if via_router else url}
+        with urllib.request.urlopen(url + "/get_server_info", timeout=10) as r:
+            stats = json.loads(r.read())["internal_states"][0]
+        samples = load_samples(tmp_path / "rollouts" / "step_00000")
+        later_turns = sum(int(s.metadata["turns"]) for s in samples) - len(samples)
+        assert 0 < stats["session_hits"] <= later_turns  # a trial's turns stay on its row
+        assert client.model_info(url)["weight_version"] == "1"
         assert (tmp_path / "published" / "weights_1" / "config.json").is_file()
         samples = load_samples(tmp_path / "rollouts" / "step_00000")
         assert {v for s in samples for v in s.metadata["weight_versions"]} == {"0"}
         assert history[0]["mismatch/logprob_gap"] < 1e-3
     finally:
-        proc.kill()
-        proc.wait()
+        for p in (proc, router):
+            if p is not None:
+                p.kill()
+                p.wait()
