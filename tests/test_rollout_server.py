@@ -172,6 +172,9 @@ def test_batched_input_ids_and_sglang_format(servers, engine):
     # SGLang keys this server cannot honour are refused by name, never ignored
     ({"input_ids": [1], "sampling_params": {"stop": ["\n"]}}, "sampling_params.stop"),
     ({"input_ids": [1], "sampling_params": {"n": 2}}, "sampling_params.n"),
+    ({"input_ids": [1], "sampling_params": {"repetition_penalty": 1.1}},
+     "sampling_params.repetition_penalty"),
+    ({"input_ids": [1], "sampling_params": {"regex": "a+"}}, "sampling_params.regex"),
     ({"input_ids": [1], "sampling_params": {"ignore_eos": "yes"}}, "sampling_params.ignore_eos"),
     ({"input_ids": [1], "logprob_start_len": 0}, "logprob_start_len"),
     ({"input_ids": [1], "top_logprobs_num": 5}, "top_logprobs_num"),
@@ -196,7 +199,8 @@ def test_sglang_keys_rid_routes_start_and_cache_endpoint(servers, engine):
     url = servers[0][0]
     want = engine.generate(PROMPTS[:2], SamplingParams(temperature=0.0, max_new_tokens=4))
     sp = {"temperature": 0, "max_new_tokens": 4, "n": 1, "stop": [], "ignore_eos": False,
-          "no_stop_trim": True, "skip_special_tokens": True}
+          "no_stop_trim": True, "skip_special_tokens": True, "min_p": 0.0,
+          "repetition_penalty": 1.0, "min_new_tokens": 0, "logit_bias": {}, "regex": None}
     status, out = post(url + "/generate", {
         "input_ids": PROMPTS[0], "rid": "req-1", "return_logprob": True, "logprob_start_len": -1,
         "return_routed_experts": True, "routed_experts_start_len": 3, "stream": False,
@@ -270,7 +274,7 @@ def test_route_layout_masks_dense_layers_and_refuses_bad_captures():
     for bad in (16, -1):
         wrong = good.copy()
         wrong[2, 3, 1] = bad
-        with pytest.raises(RolloutError, match="position 2, layer 3"):
+        with pytest.raises(RolloutError, match=f"expert {bad} at position 2, layer 3"):
             LAYOUT.check(wrong, "w")
 
 

@@ -61,6 +61,17 @@ _BODY_KEYS = {"input_ids", "sampling_params", "return_logprob", "return_routed_e
               "model", "log_metrics", "no_logs", *_OFF_ONLY}
 
 
+# SGLang sampling keys this engine does not implement, accepted at the value that changes
+# nothing (SGLang 0.5.23's defaults, sglang/api/v1/api_types.py SamplingParams) and refused by
+# name at any other
+_NOOP_SAMPLING = {"min_p": (0, 0.0), "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
+                  "repetition_penalty": (1, 1.0), "min_new_tokens": (0,), "logit_bias": ({},),
+                  "stop_regex": (None, "", []), "json_schema": (None,), "regex": (None,),
+                  "ebnf": (None,), "structural_tag": (None,), "custom_params": (None,),
+                  "stream_interval": (None,), "beam_width": (None,), "watermark": (None,),
+                  "choice": ([],)}
+
+
 def parse_sampling(d, field: str = "sampling_params",
                    eos_ids: tuple[int, ...] = ()) -> SamplingParams:
     """SGLang's sampling_params dict -> SamplingParams; unknown keys are rejected (a typo would
@@ -71,7 +82,12 @@ def parse_sampling(d, field: str = "sampling_params",
     known = set(_SAMPLING_KEYS) | {"stop_token_ids", "sampling_seed", "stop", "n",
                                    *_SAMPLING_FLAGS}
     for k in d:
-        if k not in known:
+        if k in _NOOP_SAMPLING:
+            if not any(d[k] == v and type(d[k]) is type(v) or d[k] is v
+                       for v in _NOOP_SAMPLING[k]):
+                raise BadRequest(f"{field}.{k}", f"not implemented by this engine; only "
+                                 f"{_NOOP_SAMPLING[k][-1]!r} (no effect) is served")
+        elif k not in known:
             raise BadRequest(f"{field}.{k}", f"unsupported; supported: {sorted(known)}")
     for k in _SAMPLING_FLAGS:
         if not isinstance(d.get(k, False), bool):

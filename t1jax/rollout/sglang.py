@@ -101,8 +101,8 @@ class RouteLayout:
         r = routes[:, moe, :]
         bad = (r < 0) | (r >= self.num_experts)
         if bad.any():
-            p, layer, _ = np.argwhere(bad)[0]
-            raise RolloutError(f"{where}: routed_experts has expert {int(r[p, layer].max())} "
+            p, layer, j = np.argwhere(bad)[0]
+            raise RolloutError(f"{where}: routed_experts has expert {int(r[p, layer, j])} "
                                f"at position {int(p)}, layer {moe[layer]} (the model has "
                                f"{self.num_experts} experts)")
         ordered = np.sort(r, axis=-1)
