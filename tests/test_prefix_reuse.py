@@ -169,5 +169,8 @@ def test_trials_through_the_batching_engine_replay_each_route_once(model):
 
     samples = [Sample(tokens=np.arange(4), loss_mask=np.array([0, 1, 1, 0]),
                       rollout_logprobs=np.zeros(4), routes=np.zeros((4, 4, 2), np.int32),
-                      reward=0.5, metadata={"route_drift": d}) for d in (0, routes.drift)]
-    assert sample_stats(samples)["rollout/route_drift"] == routes.drift
+                      reward=0.5, metadata={"route_drift": d, "logprobs": lp})
+               for d, lp in ((0, "full"), (routes.drift, "truncated"))]
+    stats = sample_stats(samples)
+    assert stats["rollout/route_drift"] == routes.drift
+    assert stats["rollout/logprobs_full_vocab"] == 0.5 and engine.logprobs == "full"

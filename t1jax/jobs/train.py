@@ -101,6 +101,7 @@ class FleetEngine:
     trial's session id is its routing key (one server, whose prefix cache holds its turns)."""
 
     takes_sessions = True
+    logprobs = "full"  # SGLang's: log_softmax(logits / T) over the vocabulary (BUILD.md)
 
     def __init__(self, client, max_len: int):
         self.client, self.max_len = client, max_len

@@ -22,7 +22,8 @@ def mismatch(train_logp, rollout_logp, mask, free_routes, rollout_routes, valid)
     fraction of (token, MoE layer) pairs with a recorded rollout expert set where the trainer's
     own top-k is a different set (measured on the free router even when replaying). The trainer
     passes only trials the trained weights sampled (same weights: numeric and routing mismatch
-    alone, T1's measure); NaN where there are none (one-step-off)."""
+    alone, T1's measure); NaN where there are none (one-step-off). Both sides are
+    log_softmax(logits / T) over the vocabulary where rollout/logprobs_full_vocab is 1."""
     gap = jnp.abs(train_logp - rollout_logp)
     recorded = jnp.all(rollout_routes >= 0, axis=-1) & valid[..., None]
     differs = jnp.any(jnp.sort(free_routes, -1) != jnp.sort(rollout_routes, -1), axis=-1)
@@ -108,6 +109,7 @@ def sample_stats(samples) -> dict:
                                                                   len(s.tokens)])])
     drift = np.array([s.metadata.get("retokenized_drift", 0) or 0 for s in samples])
     route_drift = sum(int(s.metadata.get("route_drift", 0) or 0) for s in samples)
+    full_vocab = np.mean([s.metadata.get("logprobs", "full") == "full" for s in samples])
     resolved = [bool((s.metadata.get("verifier") or {}).get("solved", False))
                 for s in samples]
     return {
@@ -122,7 +124,11 @@ def sample_stats(samples) -> dict:
         # positions of the step's trials whose route a later call of the trial recomputed
         # differently (a prefix re-prefilled after its cache row was evicted): 0 when every
         # position is run once per trial, so the replayed route is the one sampled under
-        "rollout/route_drift": float(route_drift), **by_family(samples),
+        "rollout/route_drift": float(route_drift),
+        # 1: every trial's log-probs are log_softmax(logits / T) over the vocabulary, as the
+        # trainer recomputes them (SGLang's, the JaxEngine's default), so mismatch/logprob_gap
+        # is numerics and routing only; below 1, some were renormalised over top-k / top-p
+        "rollout/logprobs_full_vocab": float(full_vocab), **by_family(samples),
     }
 
 

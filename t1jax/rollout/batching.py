@@ -28,6 +28,10 @@ class BatchingEngine:
     def takes_sessions(self) -> bool:
         return getattr(self.engine, "takes_sessions", False)
 
+    @property
+    def logprobs(self) -> str:
+        return getattr(self.engine, "logprobs", "full")
+
     def generate(self, prompts, sampling, *, session_ids=None):
         params = sampling if isinstance(sampling, (list, tuple)) else [sampling] * len(prompts)
         sessions = session_ids or [None] * len(prompts)

@@ -344,6 +344,8 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
                              task.category or "")
         sample.metadata["carried_steps"] = request.carried_steps
         sample.metadata["retokenized_drift"] = traj.retokenized_drift
+        # what its log-probs are: "full" (log_softmax(logits / T), the trainer's) or "truncated"
+        sample.metadata["logprobs"] = getattr(inner, "logprobs", "full")
         return TrialResult(request, DONE, sample=sample)
 
     return run

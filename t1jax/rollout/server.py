@@ -2,13 +2,19 @@
 /get_model_info, /flush_cache, /pause_generation, /continue_generation), so the fleet client and
 the trainer treat our engine and SGLang alike.
 
-SGLang's semantics, emulated (SGLang 0.5.23): the model's eos_token_id (config.json) ends a
-sample as stop_token_ids do, and `ignore_eos` disables both (schedule_batch.py,
-Req._check_token_based_finish); log-probs are log_softmax(logits / T) over the whole vocabulary
-(sampler.py, the standard path); `rid` is echoed as meta_info.id; routed_experts covers
-positions [routed_experts_start_len, prompt + output - 1). What we cannot honour (stop strings:
-no tokenizer in the server; n > 1; input log-probs; streaming) is refused with a 400 naming the
-field, never ignored.
+SGLang's semantics, emulated (SGLang 0.5.23; paths under sglang/srt/): the model's
+eos_token_id (config.json) ends a sample as stop_token_ids do, and `ignore_eos` disables both
+(managers/schedule_batch.py:1856-1858, Req._check_token_based_finish); log-probs are
+log_softmax(logits / T) over the whole vocabulary, before top-k / top-p (layers/sampler.py:275,
+293-316; an all-greedy batch: log_softmax(logits), 208-223); `rid` is echoed as meta_info.id;
+routed_experts is base64 int32 over positions [routed_experts_start_len, prompt + output - 1)
+(state_capturer/base.py:173-188); an aborted request answers FINISH_ABORT.to_json()
+(schedule_batch.py:332-345); /flush_cache answers plain text (entrypoints/http_server.py:
+1025-1040), /pause_generation and /continue_generation {"message", "status": "ok"}
+(1831-1854). The reply's shape is checked against SGLang's own GenerateResponse contract
+(tests/test_sglang_contract.py). What we cannot honour (stop strings: no tokenizer in the
+server; n > 1; input log-probs; streaming; penalties, grammars) is refused with a 400 naming
+the field, never ignored.
 
 Why: a fleet of rollout servers (failover, sticky routing, weight publishing) can be built and
 tested on CPU with our own engine, and swapped for SGLang servers without changing the client.
