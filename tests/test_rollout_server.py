@@ -5,6 +5,7 @@ non-duplicated results. The server processes are shared by the module and always
 """
 
 import base64
+import http.client
 import json
 import os
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -216,6 +218,16 @@ def test_sglang_keys_rid_routes_start_and_cache_endpoint(servers, engine):
                                             "sampling_params": sp})
     assert status == 200 and [o["meta_info"]["id"] for o in outs] == ["a", "b"]
     assert [o["output_ids"] for o in outs] == [w.output_ids for w in want]
+    conn = http.client.HTTPConnection(*urllib.parse.urlsplit(url).netloc.split(":"))
+    conn.request("POST", "/generate", body=iter([b'{"input_ids": ', json.dumps(PROMPTS[0]).encode(),
+                                                 b', "rid": "chunked", "sampling_params": ',
+                                                 json.dumps(sp).encode(), b"}"]),
+                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    reply = conn.getresponse()  # a body sent chunked, as smg forwards a large one
+    out = json.loads(reply.read())
+    assert reply.status == 200 and out["meta_info"]["id"] == "chunked", out
+    assert out["output_ids"] == want[0].output_ids
+    conn.close()
     for method in ("GET", "POST"):
         req = urllib.request.Request(url + "/flush_cache", method=method,
                                      data=b"" if method == "POST" else None)

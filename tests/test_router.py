@@ -109,6 +109,12 @@ def test_episodes_through_the_router(fleet, tmp_path):
     counts = [worker_stats(u) for u, _ in workers]
     assert sum(c["session_hits"] for c in counts) - hits0 == MAX_BATCH * 2  # sticky by key
 
+    # a body past smg's 1 MiB buffer is forwarded chunked (and without retries): still served
+    rid = "r" * (1 << 20)
+    big = client._call(router_url, "POST", "/generate", {
+        "input_ids": [3, 40, 7], "rid": rid, "sampling_params": {"max_new_tokens": 2}})
+    assert big[0] == 200 and big[1]["meta_info"]["id"] == rid
+
     # a worker killed mid-run: every request completes, once, with the engine's result
     long = SamplingParams(temperature=0.0, max_new_tokens=24)
     batch = [[5 + i, 60 + i, 9] for i in range(8)]

@@ -348,11 +348,29 @@ def make_handler(service: EngineService):
             self.wfile.write(data)
 
         def _body(self):
-            n = int(self.headers.get("Content-Length") or 0)
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                raw = self._read_chunked()  # what smg forwards past its buffer limit
+            else:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             try:
-                return json.loads(self.rfile.read(n) or b"null")
+                return json.loads(raw or b"null")
             except json.JSONDecodeError as err:
                 raise BadRequest("body", f"invalid JSON: {err}") from None
+
+        def _read_chunked(self) -> bytes:
+            parts = []
+            while True:
+                line = self.rfile.readline(1 << 16).split(b";")[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise BadRequest("body", f"bad chunk size {line[:20]!r}") from None
+                if size == 0:
+                    while self.rfile.readline(1 << 16).strip():  # trailers, then the blank line
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline(8)  # the CRLF after each chunk
 
         def _send_text(self, code: int, text: str) -> None:
             data = text.encode()
