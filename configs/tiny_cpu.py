@@ -8,7 +8,7 @@ as SFT data, trains SFT, Critic Warm-Up and PPO (R3, TITO, dense reward), evalua
 PPO on the held-out tasks (3 attempts each), and writes `report/` (plots, summary.md,
 trajectories.html). Re-run the same command to resume. Run a subset of phases with
 --config.phases=pool,oracle,sft (phases: pool, oracle, sft, warmup, ppo, eval, report).
-About 45 minutes on 2 cores (README has the phase times and the held-out table of one run).
+About 20 minutes on 2 idle cores (README has the phase times and the held-out table of one run).
 """
 
 import ml_collections
