@@ -7,7 +7,9 @@ request complete and equal to the in-process engine's, and a weight publish reac
 worker, confirmed by version, including one that comes back after the kill.
 """
 
+import json
 import os
+import signal
 import subprocess
 import time
 import urllib.request
@@ -36,21 +38,40 @@ pytestmark = pytest.mark.slow
 
 def worker_stats(url: str) -> dict:
     """Our workers' engine counters, read from each one's /get_server_info."""
-    import json
     with urllib.request.urlopen(url + "/get_server_info", timeout=10) as r:
         return json.loads(r.read())["internal_states"][0]
 
 
-def start_router(port: int, workers: list[str], log: Path) -> subprocess.Popen:
+def start_router(port: int, workers: list[str], log: Path,
+                 fast_health: bool = True) -> subprocess.Popen:
     if not ROUTER_PY.exists():
         pytest.fail("no .venv-sglang: run bash scripts/setup_sglang.sh (scripts/test.sh does)")
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     cmd = [str(ROUTER_PY), "-m", "smg.launch_router", "--worker-urls", *workers,
            "--host", "127.0.0.1", "--port", str(port), "--policy", "consistent_hashing",
            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
-           "--disable-tokenizer-autoload", "--health-check-interval-secs", "1",
-           "--health-failure-threshold", "1", "--health-check-timeout-secs", "1"]
+           "--disable-tokenizer-autoload"]
+    if fast_health:  # a dead worker out in ~1 s, a restarted one back in ~2 s (BUILD.md)
+        cmd += ["--health-check-interval-secs", "1", "--health-failure-threshold", "1",
+                "--health-check-timeout-secs", "1"]
     return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def wait_router(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Until the router forwards a generate (its workers registered)."""
+    deadline = time.time() + timeout_s
+    body = json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}}).encode()
+    while True:
+        try:
+            req = urllib.request.Request(url + "/generate", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert proc.poll() is None and time.time() < deadline, "the router did not come up"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +135,40 @@ def test_episodes_through_the_router(fleet, tmp_path):
     big = client._call(router_url, "POST", "/generate", {
         "input_ids": [3, 40, 7], "rid": rid, "sampling_params": {"max_new_tokens": 2}})
     assert big[0] == 200 and big[1]["meta_info"]["id"] == rid
+
+    # a frozen worker (SIGSTOP), under a router with its default (slow) health checks: a
+    # request that timed out on it is retried through the router under another key, so it is
+    # not sent back to the frozen worker, and completes with the engine's result
+    port = free_port()
+    slow = start_router(port, [u for u, _ in workers], tmp_path / "slow.log", fast_health=False)
+    try:
+        slow_url = f"http://127.0.0.1:{port}"
+        wait_router(slow_url, slow)
+
+        def worker_of(key: str) -> str:
+            req = urllib.request.Request(slow_url + "/generate", data=json.dumps(
+                {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}}).encode(),
+                headers={"Content-Type": "application/json", "X-SMG-Routing-Key": key})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.headers["x-smg-routed-worker-id"].rstrip("/")
+        frozen = workers[1][0]
+        key = next(k for k in (f"freeze-{i}" for i in range(200))
+                   if worker_of(k) == frozen and worker_of(f"{k}#retry1") != frozen)
+        impatient = FleetClient([u for u, _ in workers], LAYOUT, timeout_s=3, retries=1,
+                                router=slow_url)
+        prompt = [4, 50, 8]
+        os.kill(workers[1][1].pid, signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            res = impatient.generate(prompt, GREEDY, key)
+        finally:
+            os.kill(workers[1][1].pid, signal.SIGCONT)
+        assert time.time() - t0 >= 3  # the first attempt waited out its timeout
+        assert_same(res, engine.generate([prompt], GREEDY)[0])
+        assert impatient.served[slow_url] == 1
+    finally:
+        slow.kill()
+        slow.wait()
 
     # a worker killed mid-run: every request completes, once, with the engine's result
     long = SamplingParams(temperature=0.0, max_new_tokens=24)

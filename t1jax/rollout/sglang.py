@@ -213,11 +213,16 @@ class FleetClient:
     def generate(self, prompt_ids: list[int], sampling: SamplingParams,
                  routing_key: str | None = None) -> GenerateResult:
         """One complete sample, from the key's server or (after a failure) another one."""
-        headers = {} if routing_key is None else {"X-SMG-Routing-Key": str(routing_key)}
         errors = []
         for attempt in range(self.retries + 1):
             rid = f"{uuid.uuid4().hex}-{attempt}"  # a retry is a new request
-            body = generate_body(prompt_ids, sampling, routing_key, rid)
+            key = routing_key
+            if self.router and errors and key is not None:
+                # the router would send the retry to the same sticky worker (a frozen one holds
+                # it until the router's own timeout): this one request goes elsewhere
+                key = f"{routing_key}#retry{attempt}"
+            headers = {} if key is None else {"X-SMG-Routing-Key": str(key)}
+            body = generate_body(prompt_ids, sampling, key, rid)
             if self.router:  # it picks the worker by the key header and fails over itself
                 url = self.router
             else:
