@@ -25,13 +25,12 @@ from t1jax.model.hf_io import export_hf
 from t1jax.model.transformer import CausalLM
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
-from t1jax.rollout.sglang import FleetClient, RouteLayout
-from test_rollout_server import MAX_BATCH, MAX_LEN, assert_same, free_port, start_server, \
-    wait_healthy
+from t1jax.rollout.sglang import FleetClient
+from test_rollout_server import LAYOUT, MAX_BATCH, MAX_LEN, assert_same, free_port, \
+    start_server, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 ROUTER_PY = REPO / ".venv-sglang" / "bin" / "python"
-LAYOUT = RouteLayout.of(model_config_from(get_config().model))
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=5)
 pytestmark = pytest.mark.slow
 

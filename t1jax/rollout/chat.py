@@ -15,6 +15,7 @@ strings here are ours, written to the forms SGLang's parsers for those models re
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -96,13 +97,12 @@ def tool_format_from_template(template: str | None) -> str:
 def resolve_tool_format(explicit: str, *model_dirs) -> str:
     """A job's tool-call form: `explicit` if set, else that of the first of model_dirs (the
     checkpoint, the tokenizer's folder) holding a chat template, else qwen3_json."""
-    from pathlib import Path
     if explicit:
         _check_format(explicit)
         return explicit
     for d in model_dirs:
-        if d and (Path(d) / "chat_template.jinja").is_file() or \
-                d and (Path(d) / "tokenizer_config.json").is_file():
+        if d and any((Path(d) / f).is_file()
+                     for f in ("chat_template.jinja", "tokenizer_config.json")):
             return tool_format_of(d)
     return "qwen3_json"
 
@@ -111,7 +111,6 @@ def tool_format_of(model_dir) -> str:
     """The tool-call form of a Hugging Face checkpoint, from its own chat template:
     chat_template.jinja, else tokenizer_config.json's chat_template (a string, or a list of
     {name, template} whose "tool_use" or "default" entry is read). qwen3_json without one."""
-    from pathlib import Path
     model_dir = Path(model_dir)
     jinja = model_dir / "chat_template.jinja"
     if jinja.is_file():
@@ -180,7 +179,8 @@ def _parse_one_xml(body: str) -> tuple[str | None, str | None]:
     start += len(open_tag)
     stop = body.find(close_tag, start)
     if stop == -1:  # a sampler that stops on </tool_call> may leave the tags open
-        stop = min((i for i in (body.find("</function>", start), len(body)) if i != -1))
+        stop = body.find("</function>", start)
+        stop = len(body) if stop == -1 else stop
     value = body[start:stop]
     value = value[1:] if value.startswith("\n") else value
     return (value[:-1] if value.endswith("\n") else value), None
