@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -465,8 +466,11 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     partial.unlink(missing_ok=True)
     summary = summarize(rows, label=label, harness=harness, attempts=attempts,
                         duration_s=time.monotonic() - t_start, seed=seed)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "summary.md").write_text(summary_markdown(summary))
+    # summary.json marks the evaluation finished (a rerun keeps it): written whole or not at all
+    tmp = out_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, out_dir / "summary.json")
     return summary
 
 

@@ -4,7 +4,9 @@ with the same command, as a user would after losing a machine. Checked against t
 uninterrupted `toy_run`: SFT (deterministic) ends with the same parameters and Adam state bit
 for bit; a Critic Warm-Up killed before its first finished checkpoint starts again from the SFT
 actor; PPO killed between rollout and update trains every step once, on trials that were
-neither lost from nor repeated in its records.
+neither lost from nor repeated in its records. The phases that work episode by episode (pool,
+oracle, SFT data, evaluations) are killed part-way and must end with what an uninterrupted run
+writes; a PPO run killed while evaluating a checkpoint it had just saved must still evaluate it.
 
 CI runs one kill point per phase; `bash scripts/chaos_sweep.sh` (T1JAX_CHAOS_SWEEP=1) runs every
 point of every step of the toy run."""
@@ -100,3 +102,79 @@ def test_killed_warmup_and_ppo_resume_without_loss_or_repeats(toy_run, tmp_path,
         assert len(names) == row["trials"], (record, names)
         seen += names
     assert len(seen) == len(set(seen)), seen
+
+
+def _rows(path, keys):
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return sorted(tuple(json.dumps(r.get(k), sort_keys=True) for k in keys) for r in rows)
+
+
+def _tree_bytes(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_killed_pool_is_written_again_the_same(toy_run, tmp_path):
+    workdir = fresh_copy(toy_run, tmp_path / "pool_chaos")
+    shutil.rmtree(workdir / "pool")
+    (workdir / "tokenizer.json").unlink()
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=pool", kill_at="pool:1:written")
+    assert not (workdir / "pool" / "DONE").exists() and not (workdir / "tokenizer.json").exists()
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=pool")
+    assert _tree_bytes(workdir / "pool") == _tree_bytes(toy_run / "pool")
+    assert (workdir / "tokenizer.json").read_bytes() == (toy_run / "tokenizer.json").read_bytes()
+
+
+def test_killed_oracle_and_sft_data_end_as_uninterrupted(toy_run, tmp_path):
+    workdir = fresh_copy(toy_run, tmp_path / "episode_chaos", "oracle", "sft")
+    # the third oracle episode reported, then SFT's second oracle episode played
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=oracle", kill_at="oracle:3:episode")
+    assert not (workdir / "oracle" / "DONE").exists()
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=oracle,sft",
+                   kill_at="sft_data:2:episode")
+    assert (workdir / "oracle" / "DONE").read_text() == (toy_run / "oracle" / "DONE").read_text()
+    keys = ("task_id", "agent", "error", "goal_passed")
+    assert (_rows(workdir / "oracle" / "results.jsonl", keys)
+            == _rows(toy_run / "oracle" / "results.jsonl", keys))
+    assert not (workdir / "sft" / "sft_data" / "COMPLETE").exists()
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=sft")
+    data = workdir / "sft" / "sft_data"
+    assert sorted(p.name for p in data.iterdir()) == sorted(
+        p.name for p in (toy_run / "sft" / "sft_data").iterdir())
+    for path in data.glob("*.npz"):
+        with np.load(path) as ours, np.load(toy_run / "sft" / "sft_data" / path.name) as theirs:
+            for name in ("tokens", "loss_mask", "reward"):
+                np.testing.assert_array_equal(ours[name], theirs[name])
+    for item in ("actor", "actor_opt", "step"):
+        assert_same(saved(workdir / "sft" / "checkpoints", item),
+                    saved(toy_run / "sft" / "checkpoints", item))
+
+
+def test_killed_evaluation_ends_with_the_same_trials(toy_run, tmp_path):
+    workdir = fresh_copy(toy_run, tmp_path / "eval_chaos")
+    shutil.rmtree(workdir / "eval" / "ppo")
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=eval", kill_at="eval_ppo:2:trial")
+    assert not (workdir / "eval" / "ppo" / "summary.json").exists()
+    assert (workdir / "eval" / "ppo" / "trials.jsonl.partial").is_file()
+    run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=eval")
+    keys = ("task_id", "attempt", "resolved", "reward", "commands", "failure_mode")
+    assert (_rows(workdir / "eval" / "ppo" / "trials.jsonl", keys)
+            == _rows(toy_run / "eval" / "ppo" / "trials.jsonl", keys))
+    assert not (workdir / "eval" / "ppo" / "trials.jsonl.partial").exists()
+
+
+def test_ppo_killed_while_evaluating_a_saved_step_evaluates_it_on_resume(toy_run, tmp_path):
+    from t1jax.checkpoint import finalized_steps
+    workdir = fresh_copy(toy_run, tmp_path / "ppo_eval_chaos", "ppo")
+    flags = ["--config.phases=ppo", "--config.ppo.steps=2", "--config.eval.every=1"]
+    run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at="eval_step_0001:3:trial")
+    # step 1 saved and final, its evaluation cut short: the resumed loop starts at step 2
+    assert finalized_steps(workdir / "ppo" / "checkpoints") == [1]
+    assert not (workdir / "eval" / "step_0001" / "summary.json").exists()
+    run_toy_recipe(workdir, "tiny_cpu.py", *flags)
+    summary = json.loads((workdir / "eval" / "step_0001" / "summary.json").read_text())
+    assert summary["trials"] == len(
+        (toy_run / "eval" / "ppo" / "trials.jsonl").read_text().splitlines())
+    rows = [json.loads(line) for line in
+            (workdir / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from absl import logging
 
+from t1jax.faults import kill_point, killing_progress
 from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
 
 PHASES = ("pool", "oracle", "sft", "warmup", "ppo", "eval", "report")
@@ -172,6 +173,7 @@ class Recipe:
                 self.pool_dir, seed=self.config.seed, train_per_family=c.train_per_family,
                 heldout_per_family=c.heldout_per_family,
                 families=[f for f in c.families.split(",") if f] or None)
+            kill_point("pool", 1, "written")  # tasks written; no tokenizer, no DONE yet
             tok = train_tokenizer(self.config.model.vocab_size,
                                   families.family_corpus(self.pool_dir,
                                                          system_prompt=self.config.agent.system_prompt))
@@ -185,7 +187,9 @@ class Recipe:
             return
         train, heldout, backend, _, scale, limits = self.stack()
         checked = heldout + _per_category(train, self.config.oracle.train_per_family)
-        bar = self.count_bar("oracle + do-nothing episodes", 2 * len(checked), ("episode",))
+        bar = killing_progress(
+            self.count_bar("oracle + do-nothing episodes", 2 * len(checked), ("episode",)),
+            "oracle", "episode", kind="episode")
         summary = validate_pool(checked, backend, out_dir=out, progress=bar,
                                 concurrency=self.config.sandbox.concurrency, limits=limits,
                                 scale=scale, run_id=f"recipe-oracle-{self.workdir.name}")
@@ -213,7 +217,8 @@ class Recipe:
                 limits=limits, max_len=self.config.rl.max_length, images=self.images,
                 final_answer=families.FINAL_ANSWER,
                 system_prompt=self.config.agent.system_prompt,
-                progress=self.count_bar("SFT data: oracle episodes", len(train)))
+                progress=killing_progress(self.count_bar("SFT data: oracle episodes",
+                                                         len(train)), "sft_data", "episode"))
             for task_id, why in skipped:
                 logging.warning("SFT data: skipped %s: %s", task_id, why)
             save_dataset(samples, data, skipped=len(skipped))
@@ -248,7 +253,7 @@ class Recipe:
         _mark(out)
 
     def ppo(self) -> None:
-        from t1jax.checkpoint import has_checkpoint
+        from t1jax.checkpoint import finalized_steps, has_checkpoint
         from t1jax.rl import loop
         out = self.workdir / "ppo"
         if _done(out):
@@ -260,6 +265,11 @@ class Recipe:
                 loop.load_critic_only(trainer, self.workdir / "warmup" / "checkpoints")
         bar = self.step_bar("PPO", self.config.ppo.steps, "reward/mean")
         every = self.config.eval.every
+        resumed = finalized_steps(out / "checkpoints")
+        if every and resumed and resumed[-1] % every == 0 and resumed[-1] < self.config.ppo.steps:
+            # killed while evaluating its newest checkpoint: the resumed loop starts after that
+            # step and would never evaluate it, so the report would silently lack the row
+            self.evaluate(f"step_{resumed[-1]:04d}", self._restored_actor(out / "checkpoints"))
 
         def tick(step, metrics):
             bar(step, metrics)
@@ -296,27 +306,40 @@ class Recipe:
                         context=context.from_config(
                             c.rollouts, policy.model.cfg.max_position_embeddings,
                             c.rl.max_length),
-                        progress=self.count_bar(f"eval {label}: trials",
-                                                len(heldout) * c.eval.attempts, ("trial",)))
+                        progress=killing_progress(
+                            self.count_bar(f"eval {label}: trials",
+                                           len(heldout) * c.eval.attempts, ("trial",)),
+                            f"eval_{label}", "trial", kind="trial"))
+
+    def _restored_actor(self, checkpoints: Path):
+        """The CausalLM with the actor of the newest finished step in `checkpoints`."""
+        from flax import nnx
+
+        from t1jax.checkpoint import Checkpointer, abstract_like
+        from t1jax.model.config import model_config_from
+        from t1jax.model.transformer import CausalLM
+        model = CausalLM(model_config_from(self.config.model), nnx.Rngs(self.config.seed))
+        graphdef, params = nnx.split(model, nnx.Param)
+        with Checkpointer(checkpoints, async_save=False) as source:
+            actor = source.restore_items({"actor": abstract_like(params)})["actor"]
+        return nnx.merge(graphdef, actor)
 
     def final_evals(self) -> None:
         from flax import nnx
 
-        from t1jax.checkpoint import Checkpointer, abstract_like, has_checkpoint
+        from t1jax.checkpoint import has_checkpoint
         from t1jax.model.config import model_config_from
         from t1jax.model.transformer import CausalLM
-        cfg = model_config_from(self.config.model)
-        base = CausalLM(cfg, nnx.Rngs(self.config.seed))
-        self.evaluate("base", base)
-        graphdef, params = nnx.split(base, nnx.Param)
+        self.evaluate("base", CausalLM(model_config_from(self.config.model),
+                                       nnx.Rngs(self.config.seed)))
         for label, stage in (("sft", "sft"), ("ppo", "ppo")):
             ckpt = self.workdir / stage / "checkpoints"
             if not has_checkpoint(ckpt):
                 logging.warning("eval: no %s row: %s holds no finished checkpoint", label, ckpt)
                 continue
-            with Checkpointer(ckpt, async_save=False) as source:
-                actor = source.restore_items({"actor": abstract_like(params)})["actor"]
-            self.evaluate(label, nnx.merge(graphdef, actor))
+            if (self.workdir / "eval" / label / "summary.json").is_file():
+                continue  # kept: no need to read the checkpoint
+            self.evaluate(label, self._restored_actor(ckpt))
 
 
 def run(config, workdir: Path) -> int:
