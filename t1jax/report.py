@@ -99,7 +99,7 @@ def _summary_from_trials(label: str, trials: list[dict]) -> dict:
 
 def load_run(workdir) -> dict:
     """Everything the report reads: ``{"metrics": {stage: rows}, "evals": {label: {"summary",
-    "trials"}}, "missing": [str]}``."""
+    "trials"}}, "validation": the same for eval/validation/, "missing": [str]}``."""
     workdir = Path(workdir)
     missing = []
     metrics = {}
@@ -112,39 +112,47 @@ def load_run(workdir) -> dict:
         elif not rows:
             missing.append(f"`{stage}/metrics.jsonl` has no rows (stage killed before its "
                            "first step?)")
-    evals = {}
     eval_root = workdir / "eval"
-    labels = sorted((p.name for p in eval_root.iterdir() if p.is_dir()),
-                    key=label_order) if eval_root.is_dir() else []
-    for label in labels:
-        summary_path = eval_root / label / "summary.json"
-        trials = read_jsonl(eval_root / label / "trials.jsonl")
-        summary = None
-        if summary_path.exists():
-            try:
-                summary = json.loads(summary_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as err:
-                missing.append(f"`eval/{label}/summary.json` is not valid JSON ({err}); "
-                               "numbers recomputed from trials.jsonl")
-        elif trials:
-            missing.append(f"`eval/{label}/summary.json` is missing (eval killed before the "
-                           "end?); numbers recomputed from its trials.jsonl")
-        if summary is None and trials:
-            summary = _summary_from_trials(label, trials)
-        if summary is None:
-            missing.append(f"`eval/{label}/` has neither summary.json nor trials")
-            continue
-        if not trials:
-            missing.append(f"`eval/{label}/trials.jsonl` is missing or empty: no trajectories "
-                           "for this label")
-        evals[label] = {"summary": summary, "trials": trials}
+    evals = _load_evals(eval_root, "eval", missing)
+    validation = _load_evals(eval_root / "validation", "eval/validation", missing)
     if not eval_root.is_dir():
         missing.append("`eval/` does not exist: no evaluation results")
     else:
         for label in ("base", "sft", "ppo"):
             if label not in evals:
                 missing.append(f"no eval of `{label}` (`eval/{label}/summary.json`)")
-    return {"metrics": metrics, "evals": evals, "missing": missing}
+    return {"metrics": metrics, "evals": evals, "validation": validation, "missing": missing}
+
+
+def _load_evals(root: Path, shown: str, missing: list) -> dict:
+    """{label: {"summary", "trials"}} of the evaluations under `root` (one folder per label;
+    the test split's `eval/` also holds the `validation/` split's folder, which is not a label)."""
+    evals = {}
+    labels = sorted((p.name for p in root.iterdir() if p.is_dir() and p.name != "validation"),
+                    key=label_order) if root.is_dir() else []
+    for label in labels:
+        summary_path = root / label / "summary.json"
+        trials = read_jsonl(root / label / "trials.jsonl")
+        summary = None
+        if summary_path.exists():
+            try:
+                summary = json.loads(summary_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                missing.append(f"`{shown}/{label}/summary.json` is not valid JSON ({err}); "
+                               "numbers recomputed from trials.jsonl")
+        elif trials:
+            missing.append(f"`{shown}/{label}/summary.json` is missing (eval killed before the "
+                           "end?); numbers recomputed from its trials.jsonl")
+        if summary is None and trials:
+            summary = _summary_from_trials(label, trials)
+        if summary is None:
+            missing.append(f"`{shown}/{label}/` has neither summary.json nor trials")
+            continue
+        if not trials:
+            missing.append(f"`{shown}/{label}/trials.jsonl` is missing or empty: no trajectories "
+                           "for this label")
+        evals[label] = {"summary": summary, "trials": trials}
+    return evals
 
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -286,8 +294,13 @@ def write_plots(run: dict, plots_dir: Path) -> dict[str, Path]:
         path = _line_plot(plots_dir / f"{name}.png", title, panels)
         if path:
             written[name] = path
-    for name, fn in (("eval", _eval_bar_plot), ("eval_progress", _eval_progress_plot)):
-        path = fn(plots_dir / f"{name}.png", run["evals"])
+    # periodic evaluations are on the validation split (older runs: the held-out one)
+    periodic = run.get("validation") or {}
+    if not any(re.fullmatch(r"step_\d+", label) for label in periodic):
+        periodic = run["evals"]
+    for name, fn, evals in (("eval", _eval_bar_plot, run["evals"]),
+                            ("eval_progress", _eval_progress_plot, periodic)):
+        path = fn(plots_dir / f"{name}.png", evals)
         if path:
             written[name] = path
     return written
@@ -348,6 +361,20 @@ def _paired_table(evals: dict) -> list[str]:
             *rows, ""]
 
 
+def _eval_table(evals: dict) -> list[str]:
+    out = ["| label | resolved rate | avg dense reward | goal progress | pass@k | turns | "
+           "tokens | chunks | trials |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, data in evals.items():
+        s = data["summary"]
+        note = " (from trials.jsonl)" if s.get("_from_trials") else ""
+        out.append(f"| {_md(label)}{note} | {_fmt(s.get('resolved_rate'), 'pct')} | "
+                   f"{_fmt(s.get('avg_reward'))} | {_fmt(s.get('goal_progress'), 'pct')} | "
+                   f"{_pass_at_k(s)} | "
+                   f"{_fmt(s.get('turns_mean'))} | {_fmt(s.get('tokens_mean'), 'int')} | "
+                   f"{_fmt(s.get('chunks_mean', 1.0))} | {_fmt(s.get('trials'), 'int')} |")
+    return out + [""]
+
+
 def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Path:
     evals, out = run["evals"], []
     out += [f"# Run report: `{_md(workdir)}`", "",
@@ -367,19 +394,11 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
                 "| " + " | ".join(f"{v / 60:.1f} min" for v in per_phase.values())
                 + f" | {sum(per_phase.values()) / 60:.1f} min |", ""]
 
-    out += ["## Evaluation", ""]
+    validation = run.get("validation") or {}
+    out += ["## Evaluation" + (" (test split: held-out tasks no setting was chosen on)"
+                               if validation else ""), ""]
     if evals:
-        out += ["| label | resolved rate | avg dense reward | goal progress | pass@k | turns | "
-                "tokens | chunks | trials |", "|---|---|---|---|---|---|---|---|---|"]
-        for label, data in evals.items():
-            s = data["summary"]
-            note = " (from trials.jsonl)" if s.get("_from_trials") else ""
-            out.append(f"| {_md(label)}{note} | {_fmt(s.get('resolved_rate'), 'pct')} | "
-                       f"{_fmt(s.get('avg_reward'))} | {_fmt(s.get('goal_progress'), 'pct')} | "
-                       f"{_pass_at_k(s)} | "
-                       f"{_fmt(s.get('turns_mean'))} | {_fmt(s.get('tokens_mean'), 'int')} | "
-                       f"{_fmt(s.get('chunks_mean', 1.0))} | {_fmt(s.get('trials'), 'int')} |")
-        out.append("")
+        out += _eval_table(evals)
         out += _paired_table(evals)
         for group, title in (("by_category", "Per category"), ("by_difficulty", "Per difficulty")):
             keys = sorted({k for d in evals.values() for k in (d["summary"].get(group) or {})})
@@ -418,6 +437,9 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
             out.append("")
     else:
         out += ["No evaluation results.", ""]
+    if validation:
+        out += ["## Validation split (settings are chosen here; PPO's periodic evaluations)", ""]
+        out += _eval_table(validation) + _paired_table(validation)
     for name in ("eval", "eval_progress"):
         if name in plots:
             out += [f"![{PLOT_TITLES[name]}]({PLOTS_DIR}/{plots[name].name})", ""]

@@ -113,7 +113,8 @@ def any_model(request):
 
 
 TOY_RECIPE = ["--config.pool.families=write,mkdir", "--config.pool.train_per_family=3",
-              "--config.pool.heldout_per_family=2", "--config.sft.steps=3",
+              "--config.pool.heldout_per_family=2", "--config.pool.validation_per_family=1",
+              "--config.sft.steps=3",
               "--config.warmup.steps=1", "--config.ppo.steps=1", "--config.eval.attempts=1",
               "--config.rollouts.batch_size=2"]
 

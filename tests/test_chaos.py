@@ -167,14 +167,14 @@ def test_ppo_killed_while_evaluating_a_saved_step_evaluates_it_on_resume(toy_run
     from t1jax.checkpoint import finalized_steps
     workdir = fresh_copy(toy_run, tmp_path / "ppo_eval_chaos", "ppo")
     flags = ["--config.phases=ppo", "--config.ppo.steps=2", "--config.eval.every=1"]
-    run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at="eval_step_0001:3:trial")
+    run_toy_recipe(workdir, "tiny_cpu.py", *flags, kill_at="eval_validation_step_0001:1:trial")
     # step 1 saved and final, its evaluation cut short: the resumed loop starts at step 2
     assert finalized_steps(workdir / "ppo" / "checkpoints") == [1]
-    assert not (workdir / "eval" / "step_0001" / "summary.json").exists()
+    step_eval = workdir / "eval" / "validation" / "step_0001"
+    assert not (step_eval / "summary.json").exists()
     run_toy_recipe(workdir, "tiny_cpu.py", *flags)
-    summary = json.loads((workdir / "eval" / "step_0001" / "summary.json").read_text())
-    assert summary["trials"] == len(
-        (toy_run / "eval" / "ppo" / "trials.jsonl").read_text().splitlines())
+    summary = json.loads((step_eval / "summary.json").read_text())
+    assert summary["trials"] == json.loads((toy_run / "pool" / "DONE").read_text())["validation"]
     rows = [json.loads(line) for line in
             (workdir / "ppo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]

@@ -101,9 +101,11 @@ def test_r3_tito_mismatch_notebook(docker_backend):
 
 
 def toy_flags():
-    """Arms on the `toy_run` fixture: its SFT length (so its SFT actor is reused), 2 trials per
-    PPO step, 1 held-out attempt per task (PPO steps come from PPO_STEPS)."""
-    return ["--config.sft.steps=3", "--config.rollouts.batch_size=2", "--config.eval.attempts=1"]
+    """Arms on the `toy_run` fixture: its pool and SFT length (so its pool and SFT actor are
+    reused), 2 trials per PPO step, 1 attempt per task (PPO steps come from PPO_STEPS)."""
+    from conftest import TOY_RECIPE
+    return [*(f for f in TOY_RECIPE if f.startswith("--config.pool.")), "--config.sft.steps=3",
+            "--config.rollouts.batch_size=2", "--config.eval.attempts=1"]
 
 
 def arm_configs(out, *names) -> list[dict]:

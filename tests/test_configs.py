@@ -127,6 +127,19 @@ def test_reuse_links_finished_phases_only(tmp_path):
     assert "warmup" in link_reused(src, same, config={"sft": {"steps": 600},
                                                       "warmup": {"steps": 4}})
 
+    # what a phase was made from must be reused too: another SFT means no warm-up or SFT
+    # evaluation from the source (they were made from its SFT), another pool means nothing
+    (src / "eval" / "sft").mkdir(parents=True)
+    (src / "eval" / "sft" / "summary.json").write_text("{}")
+    other_sft = tmp_path / "other_sft"
+    other_sft.mkdir()
+    linked = link_reused(src, other_sft, config={"sft": {"steps": 300}, "warmup": {"steps": 4}})
+    assert linked == ["pool", "tokenizer.json", "eval/base"]
+    other_pool = tmp_path / "other_pool"
+    other_pool.mkdir()
+    assert link_reused(src, other_pool, config={"seed": 1, "sft": {"steps": 600},
+                                                "warmup": {"steps": 4}}) == []
+
 
 def test_t1_setting_is_the_report_model_on_a_64_gpu_mesh():
     """configs/t1_qwen35_122b.py trains Qwen3.5-122B-A10B (the report's base) with the report's

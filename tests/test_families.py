@@ -35,6 +35,32 @@ def test_deterministic_in_seed(pool, tmp_path):
     assert other["train"] != again["train"]
 
 
+def test_main_job_splits_train_validation_test_disjoint():
+    """configs/tiny_cpu.py's three splits: no task in two, validation made like the test split
+    (held-out combinations and fresh instances), the test split unchanged by asking for a
+    validation split, fixture families (few fresh instances left) filled with combinations."""
+    from configs import tiny_cpu
+    c = tiny_cpu.get_config().pool
+    plan = families.plan_split(seed=0, train_per_family=c.train_per_family,
+                               heldout_per_family=c.heldout_per_family,
+                               validation_per_family=c.validation_per_family)
+    train, val, test = (set(plan[k]) for k in ("train", "validation", "heldout"))
+    assert len(test) == 6 * c.heldout_per_family and len(val) == 6 * c.validation_per_family
+    assert not (train & val or train & test or val & test)
+    assert val == set(plan["validation_combinations"]) | set(plan["validation_fresh"])
+    assert plan["validation_combinations"] and plan["validation_fresh"]
+    inst = plan["instances"]
+    train_pairs = {(inst[t][0], inst[t][1]) for t in train}
+    for t in plan["validation_combinations"]:
+        assert (inst[t][0], inst[t][1]) not in train_pairs, t
+    without = families.plan_split(seed=0, train_per_family=c.train_per_family,
+                                  heldout_per_family=c.heldout_per_family)
+    assert without["heldout"] == plan["heldout"] and without["train"] == plan["train"]
+    with pytest.raises(ValueError, match="not enough held-out combinations"):
+        families.plan_split(seed=0, train_per_family=50, heldout_per_family=12,
+                            validation_per_family=4)
+
+
 def test_heldout_combinations_are_disjoint_from_train(pool):
     out, plan = pool
     inst = plan["instances"]

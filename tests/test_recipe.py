@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 def test_recipe_runs_every_phase_and_resumes(toy_run, tmp_path):
     run = run_toy_recipe
     split = json.loads((toy_run / "pool" / "split.json").read_text())
-    assert not set(split["train"]) & set(split["heldout"])
+    splits = [set(split[name]) for name in ("train", "validation", "heldout")]
+    assert all(splits) and sum(map(len, splits)) == len(set.union(*splits))  # three, disjoint
     assert json.loads((toy_run / "oracle" / "DONE").read_text())["pool_healthy"]
     for stage in ("sft", "warmup", "ppo"):
         assert (toy_run / stage / "DONE").is_file()
@@ -24,8 +25,12 @@ def test_recipe_runs_every_phase_and_resumes(toy_run, tmp_path):
     for label in ("base", "sft", "ppo"):
         summary = json.loads((toy_run / "eval" / label / "summary.json").read_text())
         assert summary["trials"] == len(split["heldout"]), label
+    for label in ("sft", "ppo"):  # settings are chosen on validation, never on the test split
+        summary = json.loads((toy_run / "eval" / "validation" / label / "summary.json")
+                             .read_text())
+        assert summary["trials"] == len(split["validation"]), label
     report = (toy_run / "report" / "summary.md").read_text()
-    assert "base" in report and "ppo" in report
+    assert "base" in report and "ppo" in report and "## Validation split" in report
     assert (toy_run / "report" / "trajectories.html").is_file()
 
     timed = [json.loads(line)["phase"] for line in
@@ -45,10 +50,12 @@ def test_recipe_runs_every_phase_and_resumes(toy_run, tmp_path):
     # an ablation reuses everything before PPO and trains PPO on the binary outcome
     ablation = tmp_path / "binary"
     run(ablation, "ablations.py:binary_reward", f"--config.reuse={toy_run}")
-    for name in ("pool", "oracle", "sft", "warmup", "eval/base", "eval/sft"):
+    for name in ("pool", "oracle", "sft", "warmup", "eval/base", "eval/sft",
+                 "eval/validation/sft"):
         assert (ablation / name).is_symlink(), name
     assert not (ablation / "ppo").is_symlink() and (ablation / "ppo" / "DONE").is_file()
-    assert (ablation / "eval" / "ppo" / "summary.json").is_file()
+    for folder in ("eval/ppo", "eval/validation/ppo"):
+        assert (ablation / folder / "summary.json").is_file()
     assert json.loads((ablation / "config.json").read_text())["rl"]["reward"] == "binary"
     for line in (ablation / "ppo" / "metrics.jsonl").read_text().splitlines():
         assert json.loads(line)["reward/trained_mean"] in (0.0, 0.5, 1.0)  # 2 trials, 0 or 1

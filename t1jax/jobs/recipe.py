@@ -25,40 +25,74 @@ def _done(path: Path) -> bool:
     return (path / "DONE").is_file()
 
 
-REUSABLE = ("pool", "tokenizer.json", "oracle", "sft", "warmup", "eval/base", "eval/sft")
-# The config block each trained phase is made from: a phase is reused only when the source
-# run's block equals this run's (a 16-step warm-up is never stood in for by a 4-step one).
-PHASE_BLOCKS = {"sft": "sft", "warmup": "warmup"}
+REUSABLE = ("pool", "tokenizer.json", "oracle", "sft", "warmup", "eval/base", "eval/sft",
+            "eval/validation/sft")
+# What each reusable output is made from: the phase it builds on (linked only if that one is)
+# and the config entries it depends on (linked only if the source run's equal this run's: a
+# 16-step warm-up never stands in for a 4-step one, a pool of another seed or split never
+# stands in for this run's, an SFT evaluation with other sampling never pairs with this one's).
+_EVAL_KEYS = ("eval.attempts", "eval.temperature", "agent", "rollouts.max_turns",
+              "rollouts.max_new_tokens", "rl.max_length", "verifier")
+REUSE_RULES = {
+    "pool": (None, ("seed", "pool")),
+    "tokenizer.json": ("pool", ("model.vocab_size", "agent")),
+    "oracle": ("pool", ("oracle", "verifier")),
+    "sft": ("tokenizer.json", ("sft", "model")),
+    "warmup": ("sft", ("warmup", "rl.gamma", "rl.lam", "rl.value_clip", "rl.critic_lr",
+                       "rl.value_head_init", "rollouts.max_turns",
+                       "rollouts.max_new_tokens", "rl.max_length", "verifier")),
+    "eval/base": ("tokenizer.json", ("model",) + _EVAL_KEYS),
+    "eval/sft": ("sft", _EVAL_KEYS),
+    "eval/validation/sft": ("sft", _EVAL_KEYS),
+}
+
+
+def _entry(config: dict | None, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(config, dict):
+            return None
+        config = config.get(part)
+    return config
 
 
 def link_reused(source: Path, workdir: Path, *, warmup: bool = True,
                 config: dict | None = None) -> list[str]:
     """Symlink the phases an ablation does not change from a finished run's workdir (absent
-    ones are left to run). Only finished phases are linked, and with `config` (this run's, as a
-    dict) only those whose PHASE_BLOCKS block matches the source's config.json; a phase that
-    is not linked runs here. Returns what was linked."""
+    ones are left to run). Only finished phases are linked, only on top of what they were made
+    from (REUSE_RULES), and with `config` (this run's, as a dict) only those whose config
+    entries equal the source's config.json; a phase that is not linked runs here. Returns
+    what was linked."""
     source = source.resolve()
     if not (source / "pool" / "DONE").is_file():
         raise UsageError(f"config.reuse={source}: not a recipe workdir with a finished pool phase")
     theirs = None
     if config is not None and (source / "config.json").is_file():
         theirs = json.loads((source / "config.json").read_text())
-    linked = []
+    linked, have = [], set()
     for name in REUSABLE:
+        src, dst = source / name, workdir / name
+        if dst.is_symlink() and dst.resolve() == src.resolve():
+            have.add(name)  # linked by an earlier call
+            continue
         if name == "warmup" and not warmup:
             continue
-        block = PHASE_BLOCKS.get(name)
-        if block and config is not None and (theirs is None or
-                                             theirs.get(block) != config.get(block)):
-            logging.info("not reusing %s: its config.%s differs from %s's", name, block, source)
+        after, keys = REUSE_RULES[name]
+        if after is not None and after not in have:
+            logging.info("not reusing %s: %s is not reused from %s", name, after, source)
             continue
-        src, dst = source / name, workdir / name
+        differs = [k for k in keys if config is not None and
+                   (theirs is None or _entry(theirs, k) != _entry(config, k))]
+        if differs:
+            logging.info("not reusing %s: config %s differs from %s's", name,
+                         ", ".join(differs), source)
+            continue
         finished = src.is_file() or _done(src) or (src / "summary.json").is_file()
         if not finished or dst.exists() or dst.is_symlink():
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.symlink_to(src, target_is_directory=src.is_dir())
         linked.append(name)
+        have.add(name)
     return linked
 
 
@@ -158,10 +192,30 @@ class Recipe:
 
     # -- phases ------------------------------------------------------------------------------
 
+    def validation(self) -> list:
+        """The validation split's tasks (settings are chosen on these; the held-out split is
+        the test split, evaluated only by the final evaluations): [] in a pool without one."""
+        if not hasattr(self, "_validation"):
+            from t1jax.tasks.pool import load_pool
+            folder = self.pool_dir / "validation"
+            self._validation = load_pool(folder).tasks if folder.is_dir() else []
+        return self._validation
+
+    def eval_dir(self, label: str, split: str = "test") -> Path:
+        root = self.workdir / "eval"
+        return root / label if split == "test" else root / split / label
+
+    def final_labels(self) -> list[tuple[str, str]]:
+        """(label, split) of the final evaluations: base, SFT and PPO on the test split, SFT
+        and PPO on the validation split (when the pool has one)."""
+        labels = [("base", "test"), ("sft", "test"), ("ppo", "test")]
+        return labels + ([("sft", "validation"), ("ppo", "validation")]
+                         if self.validation() else [])
+
     def finished(self, phase: str) -> bool:
         if phase == "eval":
-            return all((self.workdir / "eval" / label / "summary.json").is_file()
-                       for label in ("base", "sft", "ppo"))
+            return all((self.eval_dir(label, split) / "summary.json").is_file()
+                       for label, split in self.final_labels())
         return _done(self.workdir / phase)
 
     def pool(self) -> None:
@@ -172,13 +226,15 @@ class Recipe:
             plan = families.write_family_pool(
                 self.pool_dir, seed=self.config.seed, train_per_family=c.train_per_family,
                 heldout_per_family=c.heldout_per_family,
+                validation_per_family=c.get("validation_per_family", 0),
                 families=[f for f in c.families.split(",") if f] or None)
             kill_point("pool", 1, "written")  # tasks written; no tokenizer, no DONE yet
             tok = train_tokenizer(self.config.model.vocab_size,
                                   families.family_corpus(self.pool_dir,
                                                          system_prompt=self.config.agent.system_prompt))
             tok.save(str(self.workdir / "tokenizer.json"))
-            _mark(self.pool_dir, {"train": len(plan["train"]), "heldout": len(plan["heldout"])})
+            _mark(self.pool_dir, {"train": len(plan["train"]), "heldout": len(plan["heldout"]),
+                                  "validation": len(plan["validation"])})
 
     def oracle(self) -> None:
         from t1jax.tasks.validate import validate_pool
@@ -186,7 +242,8 @@ class Recipe:
         if _done(out):
             return
         train, heldout, backend, _, scale, limits = self.stack()
-        checked = heldout + _per_category(train, self.config.oracle.train_per_family)
+        checked = (heldout + self.validation()
+                   + _per_category(train, self.config.oracle.train_per_family))
         bar = killing_progress(
             self.count_bar("oracle + do-nothing episodes", 2 * len(checked), ("episode",)),
             "oracle", "episode", kind="episode")
@@ -265,38 +322,46 @@ class Recipe:
                 loop.load_critic_only(trainer, self.workdir / "warmup" / "checkpoints")
         bar = self.step_bar("PPO", self.config.ppo.steps, "reward/mean")
         every = self.config.eval.every
+        if every and not self.validation():
+            logging.warning("no validation split in %s: no periodic evaluation during PPO (the "
+                            "test split is only for the final evaluations)", self.pool_dir)
+            every = 0
         resumed = finalized_steps(out / "checkpoints")
         if every and resumed and resumed[-1] % every == 0 and resumed[-1] < self.config.ppo.steps:
             # killed while evaluating its newest checkpoint: the resumed loop starts after that
             # step and would never evaluate it, so the report would silently lack the row
-            self.evaluate(f"step_{resumed[-1]:04d}", self._restored_actor(out / "checkpoints"))
+            self.evaluate(f"step_{resumed[-1]:04d}", self._restored_actor(out / "checkpoints"),
+                          split="validation")
 
         def tick(step, metrics):
             bar(step, metrics)
             if every and step % every == 0 and step < self.config.ppo.steps:
-                self.evaluate(f"step_{step:04d}", trainer.actor_model())
+                self.evaluate(f"step_{step:04d}", trainer.actor_model(), split="validation")
 
         loop.run(trainer, self._live(trainer, out, "ppo"), out,
                  loop.LoopOptions(steps=self.config.ppo.steps, stage="ppo",
                                   schedule=self.config.schedule), progress=tick)
         _mark(out)
 
-    def evaluate(self, label: str, policy) -> dict:
-        """Held-out evaluation of `policy` (a CausalLM), k attempts per task. Every label
-        samples with one seed from config.seed: a rerun repeats, and base / SFT / PPO meet the
-        same random numbers per (task, attempt, turn), so their differences are paired."""
+    def evaluate(self, label: str, policy, split: str = "test") -> dict:
+        """Evaluation of `policy` (a CausalLM) on the test (held-out) or validation split, k
+        attempts per task. Every label samples with one seed from config.seed: a rerun
+        repeats, and base / SFT / PPO meet the same random numbers per (task, attempt, turn),
+        so their differences are paired."""
         from t1jax.eval import evaluate
         from t1jax.rollout import context
         from t1jax.rollout.batching import embedded_engine
         from t1jax.rollout.engine import SamplingParams, derived_seed
-        out = self.workdir / "eval" / label
+        out = self.eval_dir(label, split)
         if (out / "summary.json").is_file():
             return json.loads((out / "summary.json").read_text())
         _, heldout, backend, tok, scale, limits = self.stack()
+        tasks = heldout if split == "test" else self.validation()
+        name = label if split == "test" else f"{split}_{label}"
         c = self.config
         engine = embedded_engine(policy, max_batch=c.rollouts.engine_batch,
                                  max_len=c.rl.max_length)
-        return evaluate(heldout, engine, tok, backend, label=label, attempts=c.eval.attempts,
+        return evaluate(tasks, engine, tok, backend, label=label, attempts=c.eval.attempts,
                         harness="tools", limits=limits, scale=scale, out_dir=out,
                         sampling=SamplingParams(temperature=c.eval.temperature,
                                                 max_new_tokens=c.rollouts.max_new_tokens),
@@ -307,9 +372,9 @@ class Recipe:
                             c.rollouts, policy.model.cfg.max_position_embeddings,
                             c.rl.max_length),
                         progress=killing_progress(
-                            self.count_bar(f"eval {label}: trials",
-                                           len(heldout) * c.eval.attempts, ("trial",)),
-                            f"eval_{label}", "trial", kind="trial"))
+                            self.count_bar(f"eval {name}: trials",
+                                           len(tasks) * c.eval.attempts, ("trial",)),
+                            f"eval_{name}", "trial", kind="trial"))
 
     def _restored_actor(self, checkpoints: Path):
         """The CausalLM with the actor of the newest finished step in `checkpoints`."""
@@ -330,16 +395,18 @@ class Recipe:
         from t1jax.checkpoint import has_checkpoint
         from t1jax.model.config import model_config_from
         from t1jax.model.transformer import CausalLM
-        self.evaluate("base", CausalLM(model_config_from(self.config.model),
-                                       nnx.Rngs(self.config.seed)))
-        for label, stage in (("sft", "sft"), ("ppo", "ppo")):
-            ckpt = self.workdir / stage / "checkpoints"
+        for label, split in self.final_labels():
+            if (self.eval_dir(label, split) / "summary.json").is_file():
+                continue  # kept: no need to read the checkpoint
+            if label == "base":
+                self.evaluate("base", CausalLM(model_config_from(self.config.model),
+                                               nnx.Rngs(self.config.seed)))
+                continue
+            ckpt = self.workdir / label / "checkpoints"
             if not has_checkpoint(ckpt):
                 logging.warning("eval: no %s row: %s holds no finished checkpoint", label, ckpt)
                 continue
-            if (self.workdir / "eval" / label / "summary.json").is_file():
-                continue  # kept: no need to read the checkpoint
-            self.evaluate(label, self._restored_actor(ckpt))
+            self.evaluate(label, self._restored_actor(ckpt), split=split)
 
 
 def run(config, workdir: Path) -> int:

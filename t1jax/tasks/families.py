@@ -219,11 +219,15 @@ def write_task(task_dir: Path, family: str, key: str, second: str) -> Path:
 
 # -- the split ---------------------------------------------------------------------------------
 def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family: int = 4,
-               heldout_keys_per_family: int = 3, families=None) -> dict:
+               heldout_keys_per_family: int = 3, validation_per_family: int = 0,
+               families=None) -> dict:
     """Which instances go where, deterministic in seed. Per family, `heldout_keys_per_family`
-    key entities are held out (chosen so every entity stays in train with some family); the
-    held-out tasks are ceil(n/2) instances of held-out combinations and the rest fresh
-    instances of train combinations (an unseen second slot)."""
+    key entities are held out (chosen so every entity stays in train with some family). The
+    held-out (test) tasks are ceil(n/2) instances of held-out combinations and the rest fresh
+    instances of train combinations (an unseen second slot); `validation_per_family` more,
+    split the same way and disjoint from both, make the validation split that settings are
+    chosen on. Where a family has too few fresh instances left after train (the fixture
+    families: 4 second slots per key), held-out combinations fill the rest."""
     families = tuple(families or FAMILIES)
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
@@ -234,7 +238,8 @@ def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family:
     rng.shuffle(order)
     plan = {"seed": seed, "families": list(families), "entities": list(ENTITIES),
             "fixtures": {k: list(v) for k, v in FIXTURES.items()}, "train": [],
-            "heldout": [], "heldout_combinations": [], "heldout_fresh": []}
+            "heldout": [], "heldout_combinations": [], "heldout_fresh": [],
+            "validation": [], "validation_combinations": [], "validation_fresh": []}
     for fi, family in enumerate(families):
         start = (fi * heldout_keys_per_family) % len(order)
         held = [order[(start + j) % len(order)] for j in range(heldout_keys_per_family)]
@@ -251,41 +256,62 @@ def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family:
             if by_key.get(k):
                 spread.append(by_key[k].pop())
             i += 1
-        n_combo = (heldout_per_family + 1) // 2
-        n_fresh = heldout_per_family - n_combo
-        if train_per_family + n_fresh > len(spread):
-            raise ValueError(f"family {family}: {train_per_family} train + {n_fresh} fresh "
-                             f"instances exceed its {len(spread)} train-combination instances")
+        if train_per_family > len(spread):
+            raise ValueError(f"family {family}: {train_per_family} train instances exceed its "
+                             f"{len(spread)} train-combination instances")
         train = spread[:train_per_family]
         seen = {(f, k) for f, k, _ in train}
-        fresh = [x for x in spread[train_per_family:] if (x[0], x[1]) in seen][:n_fresh]
+        fresh_pool = [x for x in spread[train_per_family:] if (x[0], x[1]) in seen]
         held_pool = [(family, k, s) for k in held for s in _second_choices(family, k)]
         rng.shuffle(held_pool)
-        combo = []
-        for j in range(n_combo):  # cycle over the held-out keys
-            k = held[j % len(held)]
-            combo.append(next(x for x in held_pool if x[1] == k and x not in combo))
+        combos_taken: list = []
+
+        def take(n: int) -> tuple[list, list]:
+            """n tasks: ceil(n/2) held-out combinations (cycling over the held-out keys), the
+            rest fresh instances while they last, then combinations again."""
+            n_fresh = min(n // 2, len(fresh_pool))
+            fresh = [fresh_pool.pop(0) for _ in range(n_fresh)]
+            combo = []
+            for _ in range(n - n_fresh):
+                left = [x for x in held_pool if x not in combos_taken]
+                if not left:
+                    raise ValueError(f"family {family}: not enough held-out combinations for "
+                                     f"{heldout_per_family} test + {validation_per_family} "
+                                     f"validation tasks")
+                key = held[len(combos_taken) % len(held)]
+                pick = next((x for x in left if x[1] == key), left[0])
+                combos_taken.append(pick)
+                combo.append(pick)
+            return combo, fresh
+
+        combo, fresh = take(heldout_per_family)
+        vcombo, vfresh = take(validation_per_family)
         plan["train"] += [task_id(*x) for x in train]
         plan["heldout_combinations"] += [task_id(*x) for x in combo]
         plan["heldout_fresh"] += [task_id(*x) for x in fresh]
         plan["heldout"] += [task_id(*x) for x in combo + fresh]
+        plan["validation_combinations"] += [task_id(*x) for x in vcombo]
+        plan["validation_fresh"] += [task_id(*x) for x in vfresh]
+        plan["validation"] += [task_id(*x) for x in vcombo + vfresh]
         plan.setdefault("heldout_keys", {})[family] = held
         plan.setdefault("instances", {}).update(
-            {task_id(*x): list(x) for x in train + combo + fresh})
+            {task_id(*x): list(x) for x in train + combo + fresh + vcombo + vfresh})
     return plan
 
 
 def write_family_pool(out_dir, *, seed: int = 0, train_per_family: int = 16,
                       heldout_per_family: int = 4, heldout_keys_per_family: int = 3,
-                      families=None) -> dict:
-    """Write `out_dir/train/<task-id>/`, `out_dir/heldout/<task-id>/` and `out_dir/split.json`
-    (the plan: train, heldout, heldout_combinations, heldout_fresh, heldout_keys, instances).
+                      validation_per_family: int = 0, families=None) -> dict:
+    """Write `out_dir/train/<task-id>/`, `out_dir/heldout/<task-id>/` (the test split),
+    `out_dir/validation/<task-id>/` (when asked for) and `out_dir/split.json` (the plan: train,
+    heldout, validation, their combination / fresh parts, heldout_keys, instances).
     Deterministic in seed; returns the plan."""
     out_dir = Path(out_dir)
     plan = plan_split(seed=seed, train_per_family=train_per_family,
                       heldout_per_family=heldout_per_family,
-                      heldout_keys_per_family=heldout_keys_per_family, families=families)
-    for split in ("train", "heldout"):
+                      heldout_keys_per_family=heldout_keys_per_family,
+                      validation_per_family=validation_per_family, families=families)
+    for split in ("train", "heldout", "validation"):
         if (out_dir / split).exists():
             shutil.rmtree(out_dir / split)
         for tid in plan[split]:
