@@ -27,15 +27,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
-from t1jax.rollout.agent import SYSTEM_PROMPT as TOOLS_SYSTEM_PROMPT
 from t1jax.rollout.agent import RolloutError, run_agent_episode
+from t1jax.rollout.agent import SYSTEM_PROMPT as TOOLS_SYSTEM_PROMPT
 from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.engine import SamplingParams, SeededCalls
 from t1jax.rollout.sample import make_sample
 from t1jax.rollout.terminus import SYSTEM_PROMPT as TERMINUS_SYSTEM_PROMPT
 from t1jax.rollout.terminus_agent import run_terminus_episode
+from t1jax.rollout.trial import task_limits, task_sandbox_spec
 from t1jax.sandbox.base import Limits
-from t1jax.tasks.validate import pool_scale, task_limits, task_sandbox_spec
+from t1jax.tasks.validate import pool_scale
 from t1jax.verify.verifier import verify
 
 HARNESSES = ("tools", "terminus")

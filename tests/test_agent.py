@@ -23,10 +23,10 @@ from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample, make_sample
 from t1jax.rollout.tokenizer import train_tokenizer
+from t1jax.rollout.trial import task_limits
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import task_limits
 from t1jax.verify.reward import GlobalScale
 from t1jax.verify.verifier import verify
 

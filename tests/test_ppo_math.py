@@ -12,9 +12,9 @@ import pytest
 
 from configs.common import rl_config
 from t1jax.rl import ppo
-from t1jax.rl.batch import OverlongSample, bucket_lengths, pack
+from t1jax.rl.batch import OverlongSample, pack
 from t1jax.rl.trainer import Settings
-from t1jax.rollout.sample import Sample
+from t1jax.rollout.sample import Sample, bucket_lengths
 
 # -- GAE ---------------------------------------------------------------------------------------
 

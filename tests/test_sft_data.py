@@ -189,7 +189,7 @@ def test_oracle_episode_real_sandbox(tok, pool, env):
     backend, run_id = env
     from t1jax.sandbox.backend import SandboxSpec
     from t1jax.sandbox.base import Limits
-    from t1jax.tasks.validate import task_limits
+    from t1jax.rollout.trial import task_limits
     task = pool["count-log-errors"]
     commands, _ = oracle_commands(task)
     eng = OracleEngine(tok, commands, num_layers=LAYERS, top_k=K)

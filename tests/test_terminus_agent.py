@@ -18,10 +18,10 @@ from t1jax.rollout.chat import EOT, IM_END
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.terminus_agent import render_ids, run_terminus_episode
 from t1jax.rollout.tokenizer import train_tokenizer
+from t1jax.rollout.trial import task_limits
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import ExecResult, Limits
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import task_limits
 from t1jax.verify.reward import GlobalScale
 from t1jax.verify.verifier import verify
 

@@ -31,10 +31,12 @@ from t1jax.rollout.agent import run_agent_episode  # noqa: E402
 from t1jax.rollout.chat import IM_END, render_tool_call  # noqa: E402
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
-from t1jax.sandbox.backend import SandboxSpec, make_backend  # noqa: E402
+from t1jax.rollout.trial import task_limits  # noqa: E402
+from t1jax.sandbox import make_backend  # noqa: E402
+from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
-from t1jax.tasks.validate import pool_scale, task_limits  # noqa: E402
+from t1jax.tasks.validate import pool_scale  # noqa: E402
 from t1jax.verify.verifier import verify  # noqa: E402
 
 LAYERS, K = 3, 2

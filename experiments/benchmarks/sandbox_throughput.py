@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from t1jax.sandbox.backend import SandboxSpec, make_backend  # noqa: E402
+from t1jax.sandbox import make_backend  # noqa: E402
+from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
 from t1jax.tasks.validate import pool_scale, run_episode  # noqa: E402

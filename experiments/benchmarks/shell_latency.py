@@ -15,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from t1jax.sandbox.backend import SandboxSpec, make_backend  # noqa: E402
+from t1jax.sandbox import make_backend  # noqa: E402
+from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.images import LOCAL_BASE_IMAGE  # noqa: E402
 
 TERMINUS_WAIT_S = 1.0

@@ -35,18 +35,19 @@ import numpy as np  # noqa: E402
 from t1jax import sharding  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.rl import sft_data  # noqa: E402
-from t1jax.rollout import oracle_data  # noqa: E402
 from t1jax.rl.trainer import Trainer  # noqa: E402
 from t1jax.rollout import agent as agent_lib  # noqa: E402
+from t1jax.rollout import oracle_data  # noqa: E402
 from t1jax.rollout.chat import render_prefix  # noqa: E402
 from t1jax.rollout.engine import SamplingParams  # noqa: E402
 from t1jax.rollout.jax_engine import JaxEngine  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
+from t1jax.rollout.trial import task_limits  # noqa: E402
 from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks import families  # noqa: E402
 from t1jax.tasks.pool import load_pool  # noqa: E402
-from t1jax.tasks.validate import INVARIANT, pool_scale, task_limits  # noqa: E402
+from t1jax.tasks.validate import INVARIANT, pool_scale  # noqa: E402
 from t1jax.verify.verifier import verify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ class UsageError(ValueError):
 
 def sandbox_backend(sandbox):
     """The backend a config's `sandbox` block names (configs/common.py sandbox_config)."""
-    from t1jax.sandbox.backend import make_backend
+    from t1jax.sandbox import make_backend
     options = {}
     if sandbox.backend == "docker":
         options = dict(runtime=sandbox.runtime or None, build_network=sandbox.build_network,

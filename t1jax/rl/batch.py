@@ -61,15 +61,6 @@ class OverlongSample(ValueError):
     pass
 
 
-def bucket_lengths(min_length: int, max_length: int) -> list[int]:
-    """Powers of two from min_length up to max_length (max_length always included)."""
-    out, n = [], int(min_length)
-    while n < max_length:
-        out.append(n)
-        n *= 2
-    return out + [int(max_length)]
-
-
 def pick_bucket(n: int, buckets) -> int:
     for b in sorted(buckets):
         if n <= b:

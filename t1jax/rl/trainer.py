@@ -28,9 +28,9 @@ from t1jax.model.transformer import CausalLM, ValueModel, log_probs
 from t1jax.rl import critic as critic_lib
 from t1jax.rl import metrics as metrics_lib
 from t1jax.rl import ppo
+from t1jax.rl.batch import BASELINES, REWARDS, Batch, batch_shardings, pack, shard_batch
 from t1jax.rl.token_stats import token_stats
-from t1jax.rl.batch import (BASELINES, REWARDS, Batch, batch_shardings, bucket_lengths, pack,
-                            shard_batch)
+from t1jax.rollout.sample import bucket_lengths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,11 +350,11 @@ def critic_step(critic_def, critic_tx, s: Settings, state: TrainState, batch: Ba
                                critic_opt=critic_opt), m
 
 
-def _actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
-                   temperature: float, entropy: bool = False, accuracy: bool = False):
-    """The policy's forward and its per-token stats [B, L]: "logp" (0 at t=0), with "entropy"
-    and "correct" (argmax hit) on request. Rows over s.logits_chunk tokens never hold their
-    full logits."""
+def actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
+                  temperature: float, entropy: bool = False, accuracy: bool = False):
+    """The policy's training forward and its per-token stats [B, L]: "logp" (0 at t=0), with
+    "entropy" and "correct" (argmax hit) on request. Rows over s.logits_chunk tokens never hold
+    their full logits. Public: studies of the train-inference gap score rollouts with it."""
     model = nnx.merge(actor_def, params)
     chunked = batch.tokens.shape[1] > s.logits_chunk
     out = model(batch.tokens, batch.positions, batch.segment_ids,
@@ -372,8 +372,8 @@ def _actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
 
 
 def _pre_update(actor_def, s: Settings, params, batch: Batch, entropy: bool = False):
-    out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
-                                entropy=entropy)
+    out, stats = actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
+                               entropy=entropy)
     return (stats["logp"], out.free_routes) + ((stats["entropy"],) if entropy else ())
 
 
@@ -382,8 +382,8 @@ def actor_update(actor_def, actor_tx, s: Settings, actor, actor_opt, batch: Batc
     """PPO's actor update (step 4): clipped policy loss plus the switched-on terms, over the
     minibatches. Returns (actor, optimizer state, metrics)."""
     def actor_loss(params, batch, old_logp, advantages, tis, ref_logp):
-        out, stats = _actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
-                                    entropy=s.entropy_coef > 0)
+        out, stats = actor_forward(actor_def, params, batch, s.r3, s, s.temperature,
+                                   entropy=s.entropy_coef > 0)
         logp = stats["logp"]
         loss, clip_frac, approx_kl = ppo.policy_loss(logp, old_logp, advantages,
                                                      batch.loss_mask, s.clip_eps, tis)
@@ -475,7 +475,7 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
 def sft_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch):
     """Supervised warm start: token-mean cross-entropy on the masked (assistant) tokens."""
     def loss(params, batch):
-        _, stats = _actor_forward(actor_def, params, batch, False, s, 1.0, accuracy=True)
+        _, stats = actor_forward(actor_def, params, batch, False, s, 1.0, accuracy=True)
         nll = ppo.masked_mean(-stats["logp"], batch.loss_mask)
         return nll, {"sft/nll": nll,
                      "sft/token_accuracy": ppo.masked_mean(stats["correct"][:, 1:],

@@ -85,7 +85,7 @@ class BatchingEngine:
 def embedded_engine(model, *, max_batch: int, max_len: int, weight_version: str = "0"):
     """The in-process JaxEngine as concurrent trials share it: prefill buckets in powers of two
     up to max_len (any prompt that fits the context has a bucket), calls merged into batches."""
-    from t1jax.rl.batch import bucket_lengths
+    from t1jax.rollout.sample import bucket_lengths
     from t1jax.rollout.jax_engine import JaxEngine
     return BatchingEngine(JaxEngine(model, max_batch=max_batch, max_len=max_len,
                                     prefill_buckets=tuple(bucket_lengths(64, max_len)),

@@ -25,8 +25,8 @@ from t1jax.rollout.agent import RolloutError, run_agent_episode
 from t1jax.rollout.chat import IM_END, parse_tool_calls, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.sample import Sample, make_sample
+from t1jax.rollout.trial import task_limits, task_sandbox_spec
 from t1jax.sandbox.base import Limits
-from t1jax.tasks.validate import task_limits, task_sandbox_spec
 from t1jax.verify.verifier import verify
 
 FINAL_ANSWER = "The task is complete."

@@ -85,3 +85,14 @@ def make_sample(trajectory, report, task_id: str, attempt: int, category: str = 
                   rollout_logprobs=trajectory.logprobs, routes=trajectory.routes,
                   reward=report.reward if report is not None else 0.0, metadata=meta,
                   chunk_starts=getattr(trajectory, "chunk_starts", None) or None)
+
+
+def bucket_lengths(min_length: int, max_length: int) -> list[int]:
+    """The lengths samples are padded to, one compiled program each: powers of two from
+    min_length up to max_length (max_length always included). The trainer's rows and the
+    engine's prefills use the same rule."""
+    out, n = [], int(min_length)
+    while n < max_length:
+        out.append(n)
+        n *= 2
+    return out + [int(max_length)]

@@ -29,8 +29,8 @@ import numpy as np
 from t1jax.rollout.agent import RolloutError, run_agent_episode
 from t1jax.rollout.engine import call_seed, generate_in_session
 from t1jax.rollout.sample import make_sample
+from t1jax.rollout.trial import task_limits, task_sandbox_spec
 from t1jax.sandbox.base import Limits
-from t1jax.tasks.validate import task_limits, task_sandbox_spec
 from t1jax.verify.verifier import verify
 
 DONE, STOPPED, FAILED = "done", "stopped", "failed"

@@ -42,15 +42,3 @@ class Backend(Protocol):
 
     def reap(self, run_id: str | None = None) -> int:
         """Remove leftovers (sandboxes, snapshots) of dead runs, or of `run_id`; returns a count."""
-
-
-def make_backend(name: str, **options) -> Backend:
-    """'docker' (default) or 'bwrap' (no daemon; for machines where Docker cannot run)."""
-    if name == "docker":
-        from t1jax.sandbox.docker_backend import DockerBackend
-        return DockerBackend(**options)
-    if name == "bwrap":
-        from t1jax.sandbox.bwrap import BwrapBackend
-        return BwrapBackend(**options)
-    raise ValueError(f"unknown sandbox backend {name!r} (config sandbox.backend): "
-                     "use 'docker' or 'bwrap'")

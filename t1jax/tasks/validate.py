@@ -19,7 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from t1jax.sandbox.backend import Backend, SandboxSpec
+from t1jax.rollout.trial import task_limits, task_sandbox_spec
+from t1jax.sandbox.backend import Backend
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.task import resolve_env
 from t1jax.verify.reward import GlobalScale
@@ -63,25 +64,6 @@ def pool_scale(tasks, quantile: float = 0.9, fixed: float = 0.0) -> GlobalScale:
         return GlobalScale(fixed, "fixed in the run config (verifier.global_scale)")
     counts = [max(static_assertion_count(t), 1) for t in tasks]
     return GlobalScale.from_counts(counts, quantile)
-
-
-def task_limits(task, base: Limits) -> Limits:
-    env = task.environment
-    return dataclasses.replace(base, cpus=env.cpus, memory_mb=env.memory_mb,
-                               storage_mb=env.storage_mb)
-
-
-def task_sandbox_spec(task, image: str, limits: Limits, *, run_id: str,
-                      allow_network: bool = False) -> SandboxSpec:
-    """The sandbox a task's agent (or oracle) works in, as Harbor starts it: the task's limits,
-    the image's own WORKDIR (Docker's default; bwrap reads it from the Dockerfile), the task's
-    `[environment.env]`, its agent user, and the network only when both the task and the run
-    allow it. Every trial (rollouts, evaluation, SFT data, validation, synthesis) starts here."""
-    env = resolve_env(task, task.environment.env, "environment.env")
-    return SandboxSpec(image=image, limits=task_limits(task, limits),
-                       workdir=task.environment.workdir, user=task.agent.user,
-                       network=allow_network and task.environment.allow_internet,
-                       environment=tuple(env.items()), run_id=run_id)
 
 
 def run_agent(agent: str, task, sandbox) -> None:

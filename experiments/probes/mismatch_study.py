@@ -29,17 +29,17 @@ from flax import nnx
 
 from t1jax.model.transformer import CausalLM
 from t1jax.rl import metrics
-from t1jax.rl.batch import bucket_lengths, pack
-from t1jax.rl.trainer import Settings, _actor_forward
+from t1jax.rl.batch import pack
+from t1jax.rl.trainer import Settings, actor_forward
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
-from t1jax.rollout.sample import Sample, make_sample
+from t1jax.rollout.sample import Sample, bucket_lengths, make_sample
+from t1jax.rollout.trial import task_sandbox_spec
 from t1jax.sandbox.base import Limits
 from t1jax.tasks import families
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import task_sandbox_spec
 
 # The five rows: (setting, rollout dtype, TITO, R3).
 SETTINGS = (("neither", "bfloat16", False, False),
@@ -149,7 +149,7 @@ def collect(policy: CausalLM, tasks, tokenizer, backend, *, tito: bool,
 def _score(graphdef, params, batch, replay: bool, temperature: float):
     """The trainer's pre-update forward and mismatch metrics (trainer.ppo_step, step 1), plus
     how often the experts the forward *used* differ from the rollout's (0 under replay)."""
-    out, stats = _actor_forward(graphdef, params, batch, replay, Settings(), temperature)
+    out, stats = actor_forward(graphdef, params, batch, replay, Settings(), temperature)
     train_logp = stats["logp"]
     valid = batch.segment_ids > 0
     m = metrics.mismatch(train_logp, batch.rollout_logprobs, batch.loss_mask, out.free_routes,

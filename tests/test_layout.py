@@ -1,0 +1,134 @@
+"""The import rules of docs/ARCHITECTURE.md, read from the source (nothing is imported): a layer
+never imports a higher one, `rl/` never reaches a shell (rollouts come to it as Samples), and no
+module takes another module's private names. KNOWN lists the exceptions still left, each with
+the change that removes it (issue #28); a new one fails here."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "t1jax"
+
+# Lowest first; a module belongs to the longest prefix that names it.
+LAYERS = (
+    ("t1jax.sharding", "t1jax.faults", "t1jax.metrics_log", "t1jax.config_file", "t1jax.paired",
+     "t1jax.llm", "t1jax.checkpoint"),
+    ("t1jax.model", "t1jax.sandbox", "t1jax.verify", "t1jax.tasks.task", "t1jax.tasks.pool",
+     "t1jax.tasks.sampler", "t1jax.tasks.decontam"),
+    ("t1jax.rollout",),
+    ("t1jax.tasks", "t1jax.rl"),  # what runs trials over tasks (validate, synth, audit), training
+    ("t1jax.eval", "t1jax.aot", "t1jax.ablation", "t1jax.report", "t1jax.trajectory_browser",
+     "t1jax.trajectory_viewer", "t1jax.jobs", "t1jax"),
+)
+# rl/ takes from rollout/ only the data types rollouts reach it as
+RL_MAY_IMPORT_FROM_ROLLOUT = ("t1jax.rollout.sample",)
+KNOWN = {
+    ("t1jax.rl.loop", "t1jax.rollout.scheduler"):
+        "LiveRollouts runs the scheduler from rl/: move it beside the scheduler, rl/loop.py "
+        "keeping a RolloutSource protocol (#28 item 4)",
+    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._clarity"): "make audit_static's checks public",
+    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._secrets"): "make audit_static's checks public",
+    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._substance"): "make audit_static's checks public",
+    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._texts"): "make audit_static's checks public",
+    ("t1jax.rollout.terminus_agent", "t1jax.rollout.agent._Routes"):
+        "one harness loop for both agents (#28 item 1)",
+    ("t1jax.rollout.terminus_agent", "t1jax.rollout.agent._stop_ids"):
+        "one harness loop for both agents (#28 item 1)",
+}
+
+
+def layer(module: str) -> int:
+    best = max(((len(p), i) for i, names in enumerate(LAYERS) for p in names
+                if module == p or module.startswith(p + ".")), default=None)
+    assert best is not None, f"{module} is in no layer: place it in LAYERS"
+    return best[1]
+
+
+def imports():
+    """(importer, imported) for every t1jax import, at any depth of the module (imports inside
+    functions count: they run too). `from pkg import name` names the module `pkg.name` when
+    that is a module, else `pkg.name` as a (possibly private) attribute."""
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                out += [(module, a.name) for a in node.names if a.name.startswith("t1jax")]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("t1jax"):
+                out += [(module, f"{node.module}.{a.name}") for a in node.names]
+    return out
+
+
+def target_module(name: str) -> str:
+    """The module an imported name lives in: itself if it is a module or package."""
+    rel = Path(*name.split(".")[1:]) if "." in name else Path()
+    if (ROOT / rel).with_suffix(".py").is_file() or (ROOT / rel).is_dir():
+        return name
+    return name.rsplit(".", 1)[0]
+
+
+def test_every_module_is_in_a_layer():
+    for importer, _ in imports():
+        layer(importer)
+
+
+def test_no_layer_imports_a_higher_one():
+    bad = []
+    for importer, name in imports():
+        target = target_module(name)
+        if layer(target) > layer(importer) and (importer, target) not in KNOWN:
+            bad.append(f"{importer} -> {target}")
+    assert not bad, "upward imports (docs/ARCHITECTURE.md):\n" + "\n".join(sorted(set(bad)))
+
+
+def test_rl_never_reaches_a_shell():
+    bad = []
+    for importer, name in imports():
+        target = target_module(name)
+        if not importer.startswith("t1jax.rl"):
+            continue
+        banned = target.startswith(("t1jax.sandbox", "t1jax.verify", "t1jax.tasks", "t1jax.jobs",
+                                    "t1jax.eval")) or (
+            target.startswith("t1jax.rollout") and target not in RL_MAY_IMPORT_FROM_ROLLOUT)
+        if banned and (importer, target) not in KNOWN:
+            bad.append(f"{importer} -> {target}")
+    assert not bad, "rl/ imports beyond rollout's data types:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_no_module_takes_private_names_from_another():
+    bad = [f"{i} -> {n}" for i, n in imports()
+           if n.rsplit(".", 1)[1].startswith("_") and target_module(n) != i
+           and (i, n) not in KNOWN]
+    assert not bad, "private names imported across modules:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_known_exceptions_still_exist():
+    """An exception fixed is taken off KNOWN, so the list stays the work left."""
+    found = {(i, target_module(n)) for i, n in imports()} | set(imports())
+    assert not [k for k in KNOWN if k not in found], [k for k in KNOWN if k not in found]
+
+
+def test_no_import_cycles_between_modules():
+    """Module A imports B and B imports A (at any depth), outside KNOWN_CYCLES."""
+    edges = {}
+    for importer, name in imports():
+        edges.setdefault(importer, set()).add(target_module(name))
+    cycles, seen = [], set()
+
+    def walk(node, path):
+        for nxt in sorted(edges.get(node, ())):
+            if nxt == path[0]:
+                cycle = tuple(sorted(path))
+                if cycle not in seen:
+                    seen.add(cycle)
+                    cycles.append(" -> ".join(path + [nxt]))
+            elif nxt not in path and len(path) < 6 and layer(nxt) == layer(path[0]):
+                walk(nxt, path + [nxt])
+
+    for module in sorted(edges):
+        walk(module, [module])
+    new = [c for c in cycles if tuple(sorted(c.split(" -> ")[:-1])) not in KNOWN_CYCLES]
+    assert not new, "import cycles:\n" + "\n".join(new)
+
+
+KNOWN_CYCLES: set = set()
