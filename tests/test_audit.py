@@ -196,7 +196,7 @@ def test_judge_reply_parsing(tmp_path, judge_server):
 def test_static_checks_on_a_good_task(tmp_path):
     task = load_task(make_task(tmp_path, "words"))
     assert audit.check_coverage(task) == ([], [])
-    score, lines, answers = audit._substance(task)
+    score, lines, answers = audit.solution_substance(task)
     assert score == 1.0 and lines >= 8 and answers == []
     assert audit.static_leaks(task) == []
     assert audit.output_paths(task.instruction) == ["/app/counts.txt", "/app/words.txt"]
@@ -218,7 +218,7 @@ def test_hard_coded_answers_are_penalised(tmp_path):
             "echo 'The answer is 42 words long' >> /app/counts.txt\n"
     extra = '\n\ndef test_answer():\n    assert _lines()[2] == "The answer is 42 words long"\n'
     task = load_task(make_task(tmp_path, "lazy", solve=solve, extra_tests=extra))
-    score, lines, answers = audit._substance(task)
+    score, lines, answers = audit.solution_substance(task)
     assert lines == 2 and answers == ["The answer is 42 words long"] and score == 0.125
 
 

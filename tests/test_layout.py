@@ -25,14 +25,6 @@ KNOWN = {
     ("t1jax.rl.loop", "t1jax.rollout.scheduler"):
         "LiveRollouts runs the scheduler from rl/: move it beside the scheduler, rl/loop.py "
         "keeping a RolloutSource protocol (#28 item 4)",
-    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._clarity"): "make audit_static's checks public",
-    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._secrets"): "make audit_static's checks public",
-    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._substance"): "make audit_static's checks public",
-    ("t1jax.tasks.audit", "t1jax.tasks.audit_static._texts"): "make audit_static's checks public",
-    ("t1jax.rollout.terminus_agent", "t1jax.rollout.agent._Routes"):
-        "one harness loop for both agents (#28 item 1)",
-    ("t1jax.rollout.terminus_agent", "t1jax.rollout.agent._stop_ids"):
-        "one harness loop for both agents (#28 item 1)",
 }
 
 

@@ -138,13 +138,13 @@ def test_trials_through_the_batching_engine_replay_each_route_once(model):
     (one-step-off) drop the rows, and the positions the new weights route differently are
     counted as drift, exactly, and reach the step's rollout/route_drift."""
     from t1jax.rl.metrics import sample_stats
-    from t1jax.rollout.agent import _Routes
+    from t1jax.rollout.agent import RouteRecord
     from t1jax.rollout.batching import BatchingEngine
     from t1jax.rollout.engine import generate_in_session
     from t1jax.rollout.sample import Sample
 
     def trial(engine, publish_before=None):
-        routes, prompt, calls = _Routes(), [5, 17, 300, 42, 7], []
+        routes, prompt, calls = RouteRecord(), [5, 17, 300, 42, 7], []
         for turn in range(3):
             if turn == publish_before:
                 perturbed = jax.tree.map(lambda x: x * 1.5, nnx.state(model, nnx.Param))

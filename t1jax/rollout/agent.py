@@ -101,7 +101,7 @@ def format_observation(result, max_bytes: int) -> tuple[str, bool]:
     return f"{out.rstrip(chr(10))}\n{status}" if out else status, cut or result.truncated
 
 
-class _Routes:
+class RouteRecord:
     """Stitches each generate call's routes into one record; a position keeps the routes of the
     call that first ran it (what a prefix-caching engine reuses)."""
 
@@ -134,7 +134,8 @@ class _Routes:
         return out
 
 
-def _stop_ids(tok: Tokenizer, sampling: SamplingParams) -> tuple[int, ...]:
+def stop_ids(tok: Tokenizer, sampling: SamplingParams) -> tuple[int, ...]:
+    """The ids that end a turn: the sampling's own plus the template's end-of-turn markers."""
     extra = [i for i in (tok.token_to_id(IM_END), tok.token_to_id(EOT)) if i is not None]
     return tuple(dict.fromkeys(list(sampling.stop_token_ids) + extra))
 
@@ -146,7 +147,7 @@ class _Chunk:
         self.builder = TrajectoryBuilder(tokenizer) if tito else TextRoundTrip(tokenizer)
         self.builder.start(prompt_ids)
         self.prompts: list[list[int]] = []
-        self.routes = _Routes()
+        self.routes = RouteRecord()
 
     def generate(self, engine: Engine, params: SamplingParams, tito: bool) -> GenerateResult:
         prompt = self.builder.prompt_for_next_turn()
@@ -316,7 +317,7 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     timeout_s = float(timeout_s if timeout_s is not None
                       else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
     deadline = time.monotonic() + timeout_s
-    stops = _stop_ids(tokenizer, sampling)
+    stops = stop_ids(tokenizer, sampling)
     prefix_text = render_prefix(system_prompt, task.instruction, tool_format)
     prefix = tokenizer.encode(prefix_text, add_special_tokens=False).ids
     budget = min(context.budget, max_tokens) if context is not None else max_tokens

@@ -19,8 +19,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from t1jax.rollout import context as ctx
-from t1jax.rollout.agent import (CommandRecord, RolloutError, Trajectory, TurnRecord, _Routes,
-                                 _stop_ids, exec_within_limits, truncate_middle)
+from t1jax.rollout.agent import (CommandRecord, RolloutError, RouteRecord, Trajectory, TurnRecord,
+                                 exec_within_limits, stop_ids, truncate_middle)
 from t1jax.rollout.chat import IM_END, IM_START
 from t1jax.rollout.engine import Engine, SamplingParams
 from t1jax.rollout.terminus import (SYSTEM_PROMPT, TerminusSession, first_user_message,
@@ -80,7 +80,7 @@ class _Chunk:
 
     def __init__(self, prompt: list[int]):
         self.tokens, self.mask, self.lps = list(prompt), [0] * len(prompt), [0.0] * len(prompt)
-        self.routes, self.prompts, self.completions = _Routes(), [], []
+        self.routes, self.prompts, self.completions = RouteRecord(), [], []
 
     def extend_to(self, ids: list[int], keep: int) -> None:
         """Become ids, whose first `keep` tokens are ours; the rest is new glue (mask 0)."""
@@ -197,7 +197,7 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     timeout_s = float(timeout_s if timeout_s is not None
                       else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
     deadline = time.monotonic() + timeout_s
-    stops = _stop_ids(tokenizer, sampling)
+    stops = stop_ids(tokenizer, sampling)
     im_end = tokenizer.token_to_id(IM_END)
     session = TerminusSession()
     messages = [("user", first_user_message(task.instruction))]

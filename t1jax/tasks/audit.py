@@ -18,8 +18,8 @@ from pathlib import Path
 
 from t1jax.llm import chat
 from t1jax.sandbox.base import Limits, SandboxError
-from t1jax.tasks.audit_static import (_clarity, _secrets, _substance, _texts, check_coverage,
-                                     output_paths, static_leaks)
+from t1jax.tasks.audit_static import (check_coverage, file_texts, instruction_clarity,
+                                     output_paths, secret_files, solution_substance, static_leaks)
 from t1jax.tasks.validate import INVARIANT, pool_scale, run_episode, static_assertion_count
 
 WEIGHTS = {"verifier": 0.45, "solution": 0.25, "instruction": 0.20, "value": 0.10}
@@ -173,12 +173,12 @@ def score_task(task, runs: dict) -> AuditReport:
     scores["verifier.granularity"] = min(1.0, count / 6)
     if count < 3:
         hard.append(f"too few assertions: {count} (at least 3 needed)")
-    scores["solution.substance"], details["solve_lines"], answers = _substance(task)
+    scores["solution.substance"], details["solve_lines"], answers = solution_substance(task)
     if answers:
         notes.append(f"solve.sh hard-codes strings the tests expect: {[a[:40] for a in answers]}")
     leaks, scanned = static_leaks(task), isinstance(scan, dict)
     if scanned:
-        secrets = _secrets(task)
+        secrets = secret_files(task)
         leaks += [f"{p} in the agent's image is a copy of {secrets[d]}"
                   for p, d in sorted(scan["files"].items()) if d in secrets]
     hard += [f"test leakage: {leak}" for leak in leaks]
@@ -190,7 +190,7 @@ def score_task(task, runs: dict) -> AuditReport:
     if missing:
         notes.append(f"instruction does not show formats the tests compare: {missing}")
     scores["instruction.coverage"] = 0.0 if hidden else 1 - 0.5 * min(1, len(missing) / 4)
-    scores["instruction.clarity"], clarity_notes = _clarity(task)
+    scores["instruction.clarity"], clarity_notes = instruction_clarity(task)
     notes += clarity_notes
     weight = DIFFICULTY.get((task.difficulty or "").lower(), 0.5)
     scores["value.task_value"] = 0.8 * weight + 0.1 * bool(task.category) + 0.1 * bool(task.tags)
@@ -264,7 +264,7 @@ def llm_judge(task, base_url: str, model: str = "default", **chat_options) -> di
     """JUDGE_DIMS scores (and a rationale) from an OpenAI-compatible server; JudgeError or
     LLMError when it cannot give them."""
     tests = "\n\n".join(f"# {rel}\n{text[:3000]}" for rel, text in
-                        _texts(task.test_files().items()).items() if rel.endswith(".py"))
+                        file_texts(task.test_files().items()).items() if rel.endswith(".py"))
     user = (f"Difficulty: {task.difficulty or 'unset'}; category: {task.category or 'unset'}\n\n"
             f"## Instruction (what the agent sees)\n{task.instruction[:6000]}\n\n"
             f"## Tests (hidden from the agent)\n{tests[:6000]}")

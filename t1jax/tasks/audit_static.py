@@ -25,11 +25,12 @@ def _mentions(text: str, needle: str) -> bool:
     return re.search(r"(?<![\w.-])" + re.escape(needle) + r"(?![\w-]|\.\w)", text) is not None
 
 
-def _texts(files) -> dict[str, str]:
+def file_texts(files) -> dict[str, str]:
+    """{relative name: text} of (relative name, path) pairs."""
     return {str(rel): Path(p).read_text(errors="replace") for rel, p in files}
 
 
-def _secrets(task) -> dict[str, str]:
+def secret_files(task) -> dict[str, str]:
     """sha256 -> name of every test and solution file big enough to be worth hiding."""
     files = {f"tests/{rel}": p for rel, p in task.test_files().items()}
     if sol := task.solution_script:
@@ -56,7 +57,7 @@ def _env_files(task) -> list[Path]:
 
 def static_leaks(task) -> list[str]:
     """Tests or solution copied into the build context, or COPY/ADDed from their dirs."""
-    secrets, leaks = _secrets(task), []
+    secrets, leaks = secret_files(task), []
     for p in _env_files(task):
         if name := secrets.get(hashlib.sha256(p.read_bytes()).hexdigest()):
             leaks.append(f"{p.relative_to(task.path).as_posix()} is a copy of {name}")
@@ -111,8 +112,8 @@ def check_coverage(task, existing: set | None = None, created: set | None = None
     names, that the agent cannot find in its image (`existing`) and that the oracle creates
     (`created`); without probe data, every such path absent from the build context. Missing:
     output formats the tests compare that neither the instruction nor the inputs show."""
-    instr, tests = task.instruction, _texts(task.test_files().items())
-    env_text = "\n".join(_texts((p, p) for p in _env_files(task)).values())
+    instr, tests = task.instruction, file_texts(task.test_files().items())
+    env_text = "\n".join(file_texts((p, p) for p in _env_files(task)).values())
     env_names = {p.name for p in _env_files(task)}
     made = {p for p in created or () if not _SYSTEM.match(p)}
     # names the oracle made that an input already had: inputs moved or copied, not requirements
@@ -158,7 +159,7 @@ def check_coverage(task, existing: set | None = None, created: set | None = None
     return sorted(hidden), sorted(missing)
 
 
-def _substance(task) -> tuple[float, int, list[str]]:
+def solution_substance(task) -> tuple[float, int, list[str]]:
     """solve.sh's command lines, and the answers it hard-codes: strings the tests compare
     against that it contains verbatim but the instruction does not give."""
     if task.solution_script is None:
@@ -167,7 +168,7 @@ def _substance(task) -> tuple[float, int, list[str]]:
     lines = sum(1 for ln in solve.splitlines() if ln.strip()
                 and not re.match(r"#|set\s+[-+]", ln.strip()))
     literals = set()
-    for rel, text in _texts(task.test_files().items()).items():
+    for rel, text in file_texts(task.test_files().items()).items():
         if rel.endswith(".py"):
             literals.update(value for value, _, _ in _compared(text))
         else:  # a shell verifier: its quoted strings
@@ -177,7 +178,8 @@ def _substance(task) -> tuple[float, int, list[str]]:
     return min(1.0, lines / 8) * (0.5 if answers else 1.0), lines, answers
 
 
-def _clarity(task) -> tuple[float, list[str]]:
+def instruction_clarity(task) -> tuple[float, list[str]]:
+    """The instruction's clarity score in [0, 1] and notes on what lowered it."""
     words, notes = len(task.instruction.split()), []
     length = 1.0 if 20 <= words <= 800 else words / 20 if words < 20 else max(0, 2 - words / 800)
     if length < 1:
