@@ -9,7 +9,7 @@ audit.md and scores.json (read by the TFDS pool builder) to the workdir.
 
 import ml_collections
 
-from configs.common import sandbox_config
+from configs.common import sandbox_config, verifier_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -22,10 +22,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sandbox = sandbox_config()
     config.sandbox.concurrency = 4  # probe episodes running at once (4 per task)
 
-    config.verifier = ml_collections.ConfigDict()
-    config.verifier.mode = "script"  # script | offline | pytest (t1jax/verify/verifier.py)
-    config.verifier.global_scale = 0.0  # > 0 fixes the dense reward's denominator
-    config.verifier.scale_quantile = 0.9
+    config.verifier = verifier_config()
 
     config.judge = ml_collections.ConfigDict()
     config.judge.base_url = ""  # an OpenAI-compatible server, e.g. http://localhost:8000; "" = off

@@ -3,6 +3,8 @@ documented once."""
 
 import ml_collections
 
+from t1jax.sandbox.base import Limits
+
 
 def sandbox_config() -> ml_collections.ConfigDict:
     sandbox = ml_collections.ConfigDict()
@@ -17,56 +19,31 @@ def sandbox_config() -> ml_collections.ConfigDict:
     # True where the registry is reachable (Harbor's way): a task's prebuilt docker_image is
     # pulled and used, missing bases are pulled; False: Dockerfiles built on local stand-ins
     sandbox.registry = False
-    sandbox.pids = 512
-    sandbox.max_output_bytes = 10_000  # per command, head + tail kept (Terminus-2: 10 KB)
-    sandbox.command_timeout_s = 180.0
-    sandbox.episode_output_bytes = 64 * 2**20  # all of an episode's output, counted on the host
+    # per command output kept (head + tail), command timeout, all of an episode's output:
+    # the defaults of t1jax.sandbox.base.Limits, written there once
+    sandbox.pids = Limits.pids
+    sandbox.max_output_bytes = Limits.max_output_bytes
+    sandbox.command_timeout_s = Limits.default_timeout_s
+    sandbox.episode_output_bytes = Limits.episode_output_bytes
     return sandbox
 
 
+def verifier_config() -> ml_collections.ConfigDict:
+    """How trials are verified and scored (every job that verifies reads this block)."""
+    verifier = ml_collections.ConfigDict()
+    verifier.mode = "script"  # script | offline | pytest (t1jax/verify/verifier.py)
+    verifier.global_scale = 0.0  # > 0 fixes the dense reward's denominator
+    verifier.scale_quantile = 0.9  # else: this quantile of the pool's assertion counts
+    return verifier
+
+
 def rl_config() -> ml_collections.ConfigDict:
-    """PPO as T1 runs it: critic first, symmetric clip, Adam at a constant rate, R3 on; KL,
-    entropy and load-balancing terms exist as switches and are off."""
-    rl = ml_collections.ConfigDict()
-    rl.gamma = 1.0  # discount per sampled token (observations are not steps)
-    rl.lam = 1.0  # GAE lambda; 1.0 = Monte Carlo returns minus the critic's baseline
-    rl.clip_eps = 0.2  # symmetric PPO ratio clip
-    rl.value_clip = 0.2  # critic value clip around its pre-update values; <= 0 turns it off
-    rl.normalize_advantages = True  # whiten advantages over the batch's sampled tokens
-    rl.temperature = 1.0  # the rollout's sampling temperature (log-probs must match it)
-    rl.actor_lr = 1e-6
-    rl.critic_lr = 5e-6
-    rl.adam_b1 = 0.9
-    rl.adam_b2 = 0.999
-    rl.adam_eps = 1e-8
-    rl.max_grad_norm = 1.0  # global-norm clip per model; <= 0 turns it off
-    rl.minibatches = 1  # optimizer updates per step per epoch (rows split evenly)
-    rl.epochs = 1  # passes over the step's batch
-    rl.r3 = True  # replay the rollout's expert selection in the actor's training forward
-    rl.old_logprobs = "recompute"  # PPO ratio vs: recompute (trainer, pre-update) | rollout
-    # truncated importance sampling, min(pi_old / pi_rollout, tis_cap): with recompute, the
-    # decoupled objective that one_step_off and carry-over need (rl/loop.check_off_policy_correction)
-    rl.tis = True
-    rl.tis_cap = 2.0
-    rl.kl_loss_coef = 0.0  # k3 KL(pi || reference) in the loss (reference = initial actor)
-    rl.kl_reward_coef = 0.0  # per-token KL penalty in the reward
-    rl.entropy_coef = 0.0
-    rl.load_balancing_coef = 0.0  # MoE auxiliary loss weight (T1: 0)
-    rl.min_length = 64  # smallest sequence bucket; buckets double up to max_length
-    rl.max_length = 1024  # longest sample (a longer one is an error, or dropped: overlong)
-    rl.packing = True  # several samples per row (attention kept inside each)
-    rl.overlong = "error"  # error | drop (counted) -- never truncated
-    rl.reward = "dense"  # dense (T1: passed assertions / the pool's fixed scale) | binary (solved)
-    # none (T1: the critic is the baseline) | task: minus the mean reward of the batch's other
-    # trials of the same task (leave-one-out; pair with rollouts.group_size > 1)
-    rl.baseline = "none"
-    # keep (PPO) | drop: negative advantages zeroed after whitening, so updates only raise what
-    # went better than expected (a diagnostic of docs/probes.md: do negative updates do harm?)
-    rl.negative_advantages = "keep"
-    rl.logits_chunk = 4096  # longer rows reduce over the vocab in chunks: no full logits
-    rl.update_metrics = True  # one more actor forward per PPO step: update/kl, update/logp_delta_*
-    rl.value_head_init = "zeros"  # zeros (a fresh critic predicts 0) | uniform (nn.Linear's)
-    return rl
+    """PPO's settings at their defaults, made from t1jax.rl.trainer.Settings: what each knob
+    means and its default are written there, once."""
+    import dataclasses
+
+    from t1jax.rl.trainer import Settings
+    return ml_collections.ConfigDict(dataclasses.asdict(Settings()))
 
 
 def context_config(rollouts: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -16,7 +16,7 @@ samples/*.npz to the workdir.
 
 import ml_collections
 
-from configs.common import context_config, sandbox_config
+from configs.common import context_config, sandbox_config, verifier_config
 from configs.model import tiny
 
 
@@ -60,10 +60,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.system_prompt = ""  # "" = the harness's own
 
     config.sandbox = sandbox_config()
-    config.verifier = ml_collections.ConfigDict()
-    config.verifier.mode = "script"  # script | offline | pytest (t1jax/verify/verifier.py)
-    config.verifier.global_scale = 0.0  # > 0 fixes the dense reward's denominator
-    config.verifier.scale_quantile = 0.9  # else: this quantile of the pool's assertion counts
+    config.verifier = verifier_config()
 
     if arg == "smoke":  # two tasks, one attempt, a few short turns
         config.task_filter = "count-log-errors,organize-files"

@@ -8,7 +8,7 @@ agent, in parallel sandboxes; writes results.jsonl and results.md to the workdir
 
 import ml_collections
 
-from configs.common import sandbox_config
+from configs.common import sandbox_config, verifier_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -20,10 +20,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.sandbox = sandbox_config()
 
-    config.verifier = ml_collections.ConfigDict()
-    config.verifier.mode = "script"  # script | offline | pytest (t1jax/verify/verifier.py)
-    config.verifier.global_scale = 0.0  # > 0 fixes the dense reward's denominator
-    config.verifier.scale_quantile = 0.9  # else: this quantile of the pool's assertion counts
+    config.verifier = verifier_config()
 
     if arg == "smoke":  # two tasks, fast
         config.task_filter = "count-log-errors,organize-files"

@@ -17,7 +17,7 @@ Replay recorded rollouts (no sandboxes): --config.rollouts.source=recorded
 
 import ml_collections
 
-from configs.common import context_config, rl_config, sandbox_config
+from configs.common import context_config, rl_config, sandbox_config, verifier_config
 from configs.model import tiny
 
 
@@ -81,8 +81,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.sandbox = sandbox_config()
     config.sandbox.concurrency = 2
-    config.verifier = ml_collections.ConfigDict()
-    config.verifier.mode = "script"
-    config.verifier.global_scale = 0.0
-    config.verifier.scale_quantile = 0.9
+    config.verifier = verifier_config()
     return config

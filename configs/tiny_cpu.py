@@ -14,7 +14,7 @@ About 20 minutes on 2 idle cores (README has the phase times and the held-out ta
 
 import ml_collections
 
-from configs.common import context_config, rl_config, sandbox_config
+from configs.common import context_config, rl_config, sandbox_config, verifier_config
 from configs.model import tiny
 
 
@@ -90,8 +90,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.sandbox = sandbox_config()
     config.sandbox.concurrency = 6  # episodes mostly wait on the engine: 6 keep its batch full
-    config.verifier = ml_collections.ConfigDict()
-    config.verifier.mode = "script"
-    config.verifier.global_scale = 0.0
-    config.verifier.scale_quantile = 0.9
+    config.verifier = verifier_config()
     return config

@@ -344,8 +344,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         engine = BatchingEngine(engine)
     episode_kwargs = dict(
         max_turns=max_turns, max_tokens=max_tokens,
-        command_timeout_s=float(command_timeout_s or limits.default_timeout_s or 180.0),
-        max_observation_bytes=int(max_observation_bytes or limits.max_output_bytes or 10_000),
+        command_timeout_s=float(command_timeout_s or limits.default_timeout_s),
+        max_observation_bytes=int(max_observation_bytes or limits.max_output_bytes),
         system_prompt=system_prompt or SYSTEM_PROMPTS[harness])
     if context is not None:  # a t1jax.rollout.context.ContextPolicy (either harness)
         episode_kwargs["context"] = context

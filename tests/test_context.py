@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -286,11 +287,17 @@ def test_budget_is_the_smallest_limit_and_bad_policies_are_named():
                 dict(budget=10, replay_fraction=0.0)):
         with pytest.raises(ValueError):
             ctx.ContextPolicy(**bad)
-    assert ctx.from_config({"compaction": "none"}, 4096) is None
-    policy = ctx.from_config({"compaction": "elide", "context_tokens": 512}, 4096, 2048)
-    assert policy.budget == 512 and policy.policy == "elide"
+    from configs.common import context_config
+
+    def rollouts(**fields):
+        block = context_config(ml_collections.ConfigDict())
+        block.update(fields)
+        return block
+    assert ctx.from_config(rollouts(), 4096) is None
+    policy = ctx.from_config(rollouts(compaction="elide", context_tokens=512), 4096, 2048)
+    assert policy.budget == 512 and policy.policy == "elide" and policy.summary_tokens == 128
     with pytest.raises(ValueError, match="rollouts.compaction"):
-        ctx.from_config({"compaction": "fold"}, 4096)
+        ctx.from_config(rollouts(compaction="fold"), 4096)
 
 
 def test_replay_prompt_elides_then_drops_oldest(tok):

@@ -161,7 +161,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
         raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
     sampling = SamplingParams(temperature=config.rl.temperature, max_new_tokens=r.max_new_tokens)
     trial_tokens = r.get("trial_tokens", 0) or config.rl.max_length
-    if trial_tokens > config.rl.max_length and r.get("compaction", "none") == "none":
+    if trial_tokens > config.rl.max_length and r.compaction == "none":
         raise UsageError(f"config.rollouts.trial_tokens={trial_tokens} is more than one training "
                          f"row (rl.max_length={config.rl.max_length}): it needs a compaction "
                          "policy (config.rollouts.compaction), whose chunks each fit a row")

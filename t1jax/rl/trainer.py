@@ -35,40 +35,51 @@ from t1jax.rollout.sample import bucket_lengths
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The rl config block as a hashable value (it parameterises the compiled steps)."""
-    gamma: float = 1.0
-    lam: float = 1.0
-    clip_eps: float = 0.2
-    value_clip: float = 0.2
-    normalize_advantages: bool = True
-    temperature: float = 1.0
+    """The rl config block as a hashable value (it parameterises the compiled steps). The one
+    place its defaults are written: configs/common.py's rl_config() is made from them. PPO as
+    T1 runs it: critic first, symmetric clip, Adam at a constant rate, R3 on; KL, entropy and
+    load-balancing terms exist as switches and are off."""
+    gamma: float = 1.0  # discount per sampled token (observations are not steps)
+    lam: float = 1.0  # GAE lambda; 1.0 = Monte Carlo returns minus the critic's baseline
+    clip_eps: float = 0.2  # symmetric PPO ratio clip
+    value_clip: float = 0.2  # critic value clip around its pre-update values; <= 0 turns it off
+    normalize_advantages: bool = True  # whiten advantages over the batch's sampled tokens
+    temperature: float = 1.0  # the rollout's sampling temperature (log-probs must match it)
     actor_lr: float = 1e-6
     critic_lr: float = 5e-6
     adam_b1: float = 0.9
     adam_b2: float = 0.999
     adam_eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    minibatches: int = 1
-    epochs: int = 1
-    r3: bool = True
-    old_logprobs: str = "recompute"
+    max_grad_norm: float = 1.0  # global-norm clip per model; <= 0 turns it off
+    minibatches: int = 1  # optimizer updates per step per epoch (rows split evenly)
+    epochs: int = 1  # passes over the step's batch
+    r3: bool = True  # replay the rollout's expert selection in the actor's training forward
+    old_logprobs: str = "recompute"  # PPO ratio vs: recompute (trainer, pre-update) | rollout
+    # truncated importance sampling, min(pi_old / pi_rollout, tis_cap): with recompute, the
+    # decoupled objective that one_step_off and carry-over need (rl/loop.check_off_policy_correction)
     tis: bool = True
     tis_cap: float = 2.0
-    kl_loss_coef: float = 0.0
-    kl_reward_coef: float = 0.0
+    kl_loss_coef: float = 0.0  # k3 KL(pi || reference) in the loss (reference = initial actor)
+    kl_reward_coef: float = 0.0  # per-token KL penalty in the reward
     entropy_coef: float = 0.0
-    load_balancing_coef: float = 0.0
-    min_length: int = 64
-    max_length: int = 1024
-    packing: bool = True
-    overlong: str = "error"
+    load_balancing_coef: float = 0.0  # MoE auxiliary loss weight (T1: 0)
+    min_length: int = 64  # smallest sequence bucket; buckets double up to max_length
+    max_length: int = 1024  # longest sample (a longer one is an error, or dropped: overlong)
+    packing: bool = True  # several samples per row (attention kept inside each)
+    overlong: str = "error"  # error | drop (counted) -- never truncated
+    # dense (T1: passed assertions / the pool's fixed scale) | binary (solved) | shuffled (a
+    # control: each step's rewards permuted over its trials)
     reward: str = "dense"
+    # none (T1: the critic is the baseline) | task: minus the mean reward of the batch's other
+    # trials of the same task (leave-one-out; pair with rollouts.group_size > 1)
     baseline: str = "none"
-    negative_advantages: str = "keep"  # keep | drop (zero after whitening: a diagnostic)
+    # keep (PPO) | drop: negative advantages zeroed after whitening, so updates only raise what
+    # went better than expected (a diagnostic of docs/probes.md: do negative updates do harm?)
+    negative_advantages: str = "keep"
     # rows longer than this reduce over the vocabulary in chunks of this many tokens instead of
     # materialising [rows, length, vocab] float32 logits (t1jax.rl.token_stats)
     logits_chunk: int = 4096
-    value_head_init: str = "zeros"  # zeros | uniform (t1jax.rl.critic.VALUE_HEAD_INITS)
+    value_head_init: str = "zeros"  # zeros (a fresh critic predicts 0) | uniform (nn.Linear's)
     # one more forward of the updated actor per PPO step (1 of its 9 forward-equivalents):
     # update/kl and update/logp_delta_*, how far and which way the step moved the policy
     update_metrics: bool = True

@@ -20,7 +20,7 @@ from t1jax.rollout.chat import EOT, IM_END, parse_tool_calls, render_prefix
 from t1jax.rollout.engine import FINISH_LENGTH, Engine, GenerateResult, SamplingParams
 from t1jax.rollout.retokenize import TextRoundTrip
 from t1jax.rollout.tito import AuditReport, TrajectoryBuilder, audit, encode_observation
-from t1jax.sandbox.base import SandboxLimitExceeded
+from t1jax.sandbox.base import Limits, SandboxLimitExceeded
 
 SYSTEM_PROMPT = (
     "You are an agent that solves tasks in a Linux terminal. You have one tool, `bash`: each "
@@ -296,7 +296,8 @@ class _Compactor:
 def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       sampling: SamplingParams, max_turns: int = 300,
                       max_tokens: int | None = None, timeout_s: float | None = None,
-                      command_timeout_s: float = 180.0, max_observation_bytes: int = 10_000,
+                      command_timeout_s: float = Limits.default_timeout_s,
+                      max_observation_bytes: int = Limits.max_output_bytes,
                       system_prompt: str = SYSTEM_PROMPT, tito: bool = True,
                       context: ctx.ContextPolicy | None = None,
                       tool_format: str = "qwen3_json") -> Trajectory:

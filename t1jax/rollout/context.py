@@ -63,23 +63,20 @@ class ContextPolicy:
 
 
 def from_config(rollouts, model_max_positions: int, engine_max_len: int | None = None):
-    """The ContextPolicy of a run config's `rollouts` block, or None for compaction "none"
-    (one chunk as long as the trial budget). Fields: compaction (none | stop | elide |
-    summary), context_tokens (0: the model's and engine's limit), compaction_reserve,
-    keep_observations, replay_fraction, summary_tokens."""
-    policy = rollouts.get("compaction", "none")
+    """The ContextPolicy of a run config's `rollouts` block (configs/common.py context_config
+    writes its fields and their defaults), or None for compaction "none" (one chunk as long as
+    the trial budget)."""
+    policy = rollouts["compaction"]
     if policy == "none":
         return None
     if policy not in POLICIES:
         raise ValueError(f"rollouts.compaction must be 'none' or one of {POLICIES}, got "
                          f"{policy!r}")
     return ContextPolicy(
-        budget=context_budget(model_max_positions, engine_max_len,
-                              rollouts.get("context_tokens", 0)),
-        policy=policy, reserve=rollouts.get("compaction_reserve", 0),
-        keep_observations=rollouts.get("keep_observations", 1),
-        replay_fraction=rollouts.get("replay_fraction", 0.5),
-        summary_tokens=rollouts.get("summary_tokens", 128))
+        budget=context_budget(model_max_positions, engine_max_len, rollouts["context_tokens"]),
+        policy=policy, reserve=rollouts["compaction_reserve"],
+        keep_observations=rollouts["keep_observations"],
+        replay_fraction=rollouts["replay_fraction"], summary_tokens=rollouts["summary_tokens"])
 
 
 def context_budget(model_max_positions: int, engine_max_len: int | None = None,

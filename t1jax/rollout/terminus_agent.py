@@ -26,6 +26,7 @@ from t1jax.rollout.engine import Engine, SamplingParams
 from t1jax.rollout.terminus import (SYSTEM_PROMPT, TerminusSession, first_user_message,
                                     parse_terminus_reply)
 from t1jax.rollout.tito import REPAIR_CASES, AuditReport, audit, encode_plain, repair_boundary
+from t1jax.sandbox.base import Limits
 
 
 @dataclasses.dataclass
@@ -182,7 +183,8 @@ def _lcp(a: list[int], b: list[int]) -> int:
 def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                          sampling: SamplingParams, max_turns: int = 300,
                          max_tokens: int | None = None, timeout_s: float | None = None,
-                         command_timeout_s: float = 180.0, max_observation_bytes: int = 10_000,
+                         command_timeout_s: float = Limits.default_timeout_s,
+                         max_observation_bytes: int = Limits.max_output_bytes,
                          system_prompt: str = SYSTEM_PROMPT,
                          context: ctx.ContextPolicy | None = None) -> TerminusTrajectory:
     """Run one Terminus-2 episode of `task` in `sandbox` (started and verified by the caller).
