@@ -189,6 +189,27 @@ def exec_within_limits(sandbox, cmd: str, timeout: float, record: TurnRecord):
         return None
 
 
+def run_commands(sandbox, commands, record: TurnRecord, *, deadline: float,
+                 command_timeout_s: float, render) -> list[str]:
+    """A turn's commands, run in order until the episode's deadline or a sandbox limit stops
+    them (both agent loops run their commands here). Each result is shown to the model as
+    `render(cmd, result)` -> (text, cut) and recorded on `record`; returns the texts."""
+    outputs = []
+    for cmd in commands:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        t0 = time.monotonic()
+        result = exec_within_limits(sandbox, cmd, min(command_timeout_s, left), record)
+        if result is None:
+            break
+        text, cut = render(cmd, result)
+        outputs.append(text)
+        record.commands.append(CommandRecord(cmd, result.exit_code, result.timed_out, cut,
+                                             time.monotonic() - t0))
+    return outputs
+
+
 class _Trial:
     """The trial's chunks: the open one and the closed (audited, compacted) ones."""
 
@@ -359,20 +380,10 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
         if not commands and not errors:
             finish = "done"
             break
-        observations = []
-        for cmd in commands:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            t0 = time.monotonic()
-            result = exec_within_limits(sandbox, cmd, min(command_timeout_s, left), record)
-            if result is None:
-                break
-            obs, cut = format_observation(result, max_observation_bytes)
-            observations.append(obs)
-            record.commands.append(CommandRecord(cmd, result.exit_code, result.timed_out, cut,
-                                                 time.monotonic() - t0))
-            n_calls += 1
+        observations = run_commands(
+            sandbox, commands, record, deadline=deadline, command_timeout_s=command_timeout_s,
+            render=lambda cmd, result: format_observation(result, max_observation_bytes))
+        n_calls += len(observations)
         observations += [f"Error: {e}" for e in errors]
         if record.limit:
             finish = "sandbox_limit"

@@ -19,8 +19,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from t1jax.rollout import context as ctx
-from t1jax.rollout.agent import (CommandRecord, RolloutError, RouteRecord, Trajectory, TurnRecord,
-                                 exec_within_limits, stop_ids, truncate_middle)
+from t1jax.rollout.agent import (RolloutError, RouteRecord, Trajectory, TurnRecord, run_commands,
+                                 stop_ids, truncate_middle)
 from t1jax.rollout.chat import IM_END, IM_START
 from t1jax.rollout.engine import Engine, SamplingParams
 from t1jax.rollout.terminus import (SYSTEM_PROMPT, TerminusSession, first_user_message,
@@ -292,20 +292,11 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
             messages += [("assistant", text), ("user", session.parse_error(err))]
             continue
         action = session.step(reply)
-        outputs = []
-        for cmd in action.commands:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            t0 = time.monotonic()
-            result = exec_within_limits(sandbox, cmd, min(command_timeout_s, left), record)
-            if result is None:
-                break
-            screen, cut = _screen(cmd, result, max_observation_bytes)
-            outputs.append(screen)
-            record.commands.append(CommandRecord(cmd, result.exit_code, result.timed_out, cut,
-                                                 time.monotonic() - t0))
-            n_calls += 1
+        outputs = run_commands(
+            sandbox, action.commands, record, deadline=deadline,
+            command_timeout_s=command_timeout_s,
+            render=lambda cmd, result: _screen(cmd, result, max_observation_bytes))
+        n_calls += len(outputs)
         if record.limit:
             finish = "sandbox_limit"
             break

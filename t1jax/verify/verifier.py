@@ -221,27 +221,26 @@ def _command(task, mode: str) -> str:
 def _read_results(sandbox, task, result):
     """Per-assertion results (CTRF first, then JUnit XML, then the pytest summary in the
     output, which is how Terminal-Bench 1 graded) and the binary outcome."""
-    assertions, binary, errors = [], None, []
-    for name, parse in (("ctrf.json", parse_ctrf), ("junit.xml", parse_junit)):
-        text = _read(sandbox, f"{LOGS}/{name}")
-        if text is None:
-            continue
-        try:
-            assertions = parse(text, f"{task.task_id}:{LOGS}/{name}")
-            break
-        except ResultsFormatError as err:
-            errors.append(str(err))
+    errors = []
+
+    def first_parsed(files):
+        """The first of (file, parser) under /logs/verifier that exists and parses; a file
+        that does not parse is an error, and the next one is tried."""
+        for name, parse in files:
+            text = _read(sandbox, f"{LOGS}/{name}")
+            if text is None:
+                continue
+            try:
+                return parse(text, f"{task.task_id}:{LOGS}/{name}")
+            except ResultsFormatError as err:
+                errors.append(str(err))
+        return None
+
+    assertions = first_parsed((("ctrf.json", parse_ctrf), ("junit.xml", parse_junit))) or []
     if not assertions:
         assertions = parse_pytest_summary(result.output, f"{task.task_id}:verifier output")
-    for name in ("reward.txt", "reward.json"):
-        text = _read(sandbox, f"{LOGS}/{name}")
-        if text is None:
-            continue
-        try:
-            binary = parse_binary_reward(text, f"{task.task_id}:{LOGS}/{name}")
-            break
-        except ResultsFormatError as err:
-            errors.append(str(err))
+    binary = first_parsed((("reward.txt", parse_binary_reward),
+                           ("reward.json", parse_binary_reward)))
     if not assertions and _NEEDS_NETWORK.search(result.output):
         errors.append(f"task {task.task_id}: tests/{task.test_script.name} ran no tests; it "
                       "seems to fetch its tools from the network, which sandboxes do not have: "
