@@ -117,7 +117,8 @@ def run(config, workdir: Path) -> int:
         engine = embedded_engine(model, max_batch=config.engine_batch,
                                  max_len=engine_len, weight_version=default_label)
     else:
-        from t1jax.jobs.train import FleetEngine, fleet_client
+        from t1jax.jobs.train import fleet_client
+        from t1jax.rollout.sglang import FleetEngine
         engine = FleetEngine(fleet_client(config.fleet_urls, model_config_from(config.model),
                                            config.get("fleet_router", "")),
                              engine_len)

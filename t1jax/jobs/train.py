@@ -96,20 +96,6 @@ def _task_stack(config):
     return tasks, backend, tok, scale, limits
 
 
-class FleetEngine:
-    """A FleetClient (SGLang or t1jax servers) behind the Engine protocol the agent uses; a
-    trial's session id is its routing key (one server, whose prefix cache holds its turns)."""
-
-    takes_sessions = True
-    logprobs = "full"  # SGLang's: log_softmax(logits / T) over the vocabulary (BUILD.md)
-
-    def __init__(self, client, max_len: int):
-        self.client, self.max_len = client, max_len
-
-    def generate(self, prompts, sampling, *, session_ids=None):
-        return self.client.generate_many(prompts, sampling, routing_keys=session_ids)
-
-
 def fleet_client(urls: str, model_cfg, router: str = ""):
     """A FleetClient over comma-separated urls (generating through `router` if one is given),
     reading routes by the model's own config."""
@@ -141,6 +127,7 @@ def live_source(config, trainer, workdir: Path, tasks, backend, tok, scale, limi
     from t1jax.rollout.batching import embedded_engine
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
+    from t1jax.rollout.sglang import FleetEngine
     from t1jax.tasks.sampler import EpochSampler
     r = config.rollouts
     publish = None

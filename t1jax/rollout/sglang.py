@@ -341,3 +341,17 @@ class FleetClient:
         if error:  # stale weights must not serve samples: out until a health_check syncs it
             self._mark_dead(url)
         return error
+
+
+class FleetEngine:
+    """A FleetClient (SGLang or t1jax servers) behind the Engine protocol the agent uses; a
+    trial's session id is its routing key (one server, whose prefix cache holds its turns)."""
+
+    takes_sessions = True
+    logprobs = "full"  # SGLang's: log_softmax(logits / T) over the vocabulary (BUILD.md)
+
+    def __init__(self, client, max_len: int):
+        self.client, self.max_len = client, max_len
+
+    def generate(self, prompts, sampling, *, session_ids=None):
+        return self.client.generate_many(prompts, sampling, routing_keys=session_ids)
