@@ -1,4 +1,4 @@
-"""t1jax/ablation.py without running an arm: the paired statistic against a hand computation,
+"""t1jax/report/ablation.py without running an arm: the paired statistic against a hand computation,
 metrics read back in step order, and the guards that keep a finished arm from being mixed up
 with another (the real arms run in tests/test_colabs.py)."""
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from t1jax import ablation
+from t1jax.report import ablation
 
 
 def trial(task, attempt, resolved, reward, status="done"):

@@ -133,7 +133,7 @@ def whitespace_table(text: str, first_header: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_critic_warmup_notebook(toy_run, tmp_path):
-    from t1jax import ablation
+    from t1jax.report import ablation
     nb = execute("critic_warmup.ipynb", BASE_RUN=str(toy_run), OUT=str(tmp_path), PPO_STEPS=2,
                  WARMUP_STEPS=[1], SEEDS=[0], SANDBOX="docker", OVERRIDES=toy_flags())
     text = printed(nb, "run")
@@ -172,7 +172,7 @@ def test_critic_warmup_notebook(toy_run, tmp_path):
 
 @pytest.mark.slow
 def test_dense_vs_binary_notebook(toy_run, tmp_path):
-    from t1jax import ablation
+    from t1jax.report import ablation
     nb = execute("dense_vs_binary.ipynb", BASE_RUN=str(toy_run), OUT=str(tmp_path), PPO_STEPS=2,
                  SEEDS=[0], SANDBOX="docker",
                  OVERRIDES=[*toy_flags(), "--config.warmup.steps=1"])  # reuse its warm-up

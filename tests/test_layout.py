@@ -16,8 +16,7 @@ LAYERS = (
      "t1jax.tasks.sampler", "t1jax.tasks.decontam"),
     ("t1jax.rollout",),
     ("t1jax.tasks", "t1jax.rl"),  # what runs trials over tasks (validate, synth, audit), training
-    ("t1jax.eval", "t1jax.aot", "t1jax.ablation", "t1jax.report", "t1jax.trajectory_browser",
-     "t1jax.trajectory_viewer", "t1jax.jobs", "t1jax"),
+    ("t1jax.eval", "t1jax.aot", "t1jax.report", "t1jax.jobs", "t1jax"),
 )
 # rl/ takes from rollout/ only the data types rollouts reach it as
 RL_MAY_IMPORT_FROM_ROLLOUT = ("t1jax.rollout.sample",)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t1jax import report
+from t1jax.report import summary as report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert(1)</script>"

@@ -1,4 +1,4 @@
-"""t1jax.trajectory_browser on hand-built data (no runs/ directory): a sample made by the real TITO
+"""t1jax.report.browser on hand-built data (no runs/ directory): a sample made by the real TITO
 builder passes the loss-mask check and each way of moving the mask fails it; the renderings mark
 exactly the sampled replies and escape model text; tables sort and aggregate; training samples
 read back as trials."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from t1jax import trajectory_browser as tb
+from t1jax.report import browser as tb
 from t1jax.rollout.chat import IM_END, render_prefix
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.tito import TrajectoryBuilder, encode_plain

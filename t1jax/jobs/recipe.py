@@ -412,7 +412,7 @@ class Recipe:
 def run(config, workdir: Path) -> int:
     from t1jax.jobs.progress import job_progress
 
-    from t1jax import report
+    from t1jax.report.summary import write_report
     wanted = [p for p in config.phases.split(",") if p] or list(PHASES)
     unknown = sorted(set(wanted) - set(PHASES))
     if unknown:
@@ -441,6 +441,6 @@ def run(config, workdir: Path) -> int:
                 _log_time(workdir, phase, time.monotonic() - t0)
         recipe.bars = None
     if "report" in wanted:
-        out = report.write_report(workdir)
+        out = write_report(workdir)
         print((out / "summary.md").read_text())
     return 0

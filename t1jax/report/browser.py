@@ -33,7 +33,7 @@ TRIAL_COLUMNS = ("task_id", "attempt", "category", "turns", "reward", "resolved"
 # -- reading -------------------------------------------------------------------------------------
 
 def eval_overview(run: dict) -> list[dict]:
-    """One row per eval label of ``t1jax.report.load_run(workdir)``, from its summary."""
+    """One row per eval label of ``t1jax.report.summary.load_run(workdir)``, from its summary."""
     rows = []
     for label, data in run["evals"].items():
         s = data["summary"]

@@ -8,7 +8,7 @@ metrics and ``eval/<label>/`` results) and writes ``<workdir>/report/``:
   ppo) as a bar chart;
 - ``summary.md``: the headline eval table, per-category and failure-mode tables, the first and
   last values of the training curves, the plots, and what is missing;
-- ``trajectories.html``: every eval trial in one self-contained page (t1jax.trajectory_viewer).
+- ``trajectories.html``: every eval trial in one self-contained page (t1jax.report.viewer).
 
 A run killed half-way still gets a report of what exists; the summary lists what is missing.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from t1jax.metrics_log import finite_or_none as _num, format_value as _fmt, read_jsonl, \
     read_metrics
-from t1jax.trajectory_viewer import VIEWER_FILE, write_viewer
+from t1jax.report.viewer import VIEWER_FILE, write_viewer
 
 STAGES = ("sft", "warmup", "ppo")
 REPORT_DIR = "report"
