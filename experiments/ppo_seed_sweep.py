@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from t1jax.eval import read_trials  # noqa: E402
+from t1jax.rollout.evaluate import read_trials  # noqa: E402
 from t1jax.paired import paired_difference, per_task  # noqa: E402
 
 

@@ -18,7 +18,7 @@ import pytest
 from nbclient.exceptions import CellExecutionError
 
 from conftest import TOY_RECIPE
-from t1jax.eval import read_trials
+from t1jax.rollout.evaluate import read_trials
 from t1jax.rollout.sample import Sample
 from test_colabs import ROOT, execute, printed
 

@@ -12,7 +12,8 @@ from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.sandbox.images import context_hash
 from t1jax.tasks import families
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import pool_scale, validate_pool
+from t1jax.tasks.validate import validate_pool
+from t1jax.verify.reward import pool_scale
 
 
 def _tree(root: Path) -> dict:

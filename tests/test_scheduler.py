@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from t1jax.rollout.agent import RolloutError
 from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
-from t1jax.rollout.agent import RolloutError
 from t1jax.rollout.scheduler import (DONE, STOPPED, EpisodeState, RolloutScheduler, TrialRequest,
                                      TrialResult, TrialStopped, episode_trial)
 from t1jax.rollout.tokenizer import train_tokenizer

@@ -21,7 +21,7 @@ from t1jax.rollout.oracle_data import (FINAL_ANSWER, OracleEngine, oracle_comman
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.tasks.pool import default_pool_dir, load_pool
-from t1jax.tasks.validate import pool_scale
+from t1jax.verify.reward import pool_scale
 
 LAYERS, K = 3, 2
 TASKS = ("count-log-errors", "env-file-templating", "git-hooks-precommit")

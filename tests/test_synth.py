@@ -19,8 +19,8 @@ from t1jax.tasks.synth import (Candidate, Node, Synthesizer, child_id, dump_toml
 from t1jax.tasks.synth_operators import (OFFLINE, ChecksumManifest, LLMConfig, Output, Parent,
                                          RewriteError, make_operators, parse_llm_reply)
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import INVARIANT
 from t1jax.verify.results import Assertion
+from t1jax.verify.reward import INVARIANT
 from t1jax.verify.verifier import VerifierReport
 
 ROOT = Path(__file__).resolve().parents[1]

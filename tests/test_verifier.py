@@ -18,8 +18,8 @@ import pytest
 
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import INVARIANT, run_agent
-from t1jax.verify.reward import GlobalScale
+from t1jax.tasks.validate import run_agent
+from t1jax.verify.reward import INVARIANT, GlobalScale
 from t1jax.verify.verifier import tampered_paths, verify
 
 SEED = Path(__file__).resolve().parents[1] / "t1jax" / "tasks" / "seed_tasks"

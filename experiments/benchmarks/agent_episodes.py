@@ -36,7 +36,7 @@ from t1jax.sandbox import make_backend  # noqa: E402
 from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
-from t1jax.tasks.validate import pool_scale  # noqa: E402
+from t1jax.verify.reward import pool_scale  # noqa: E402
 from t1jax.verify.verifier import verify  # noqa: E402
 
 LAYERS, K = 3, 2

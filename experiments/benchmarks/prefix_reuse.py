@@ -67,7 +67,7 @@ def main() -> int:
     from t1jax.rollout.tokenizer import train_tokenizer
     from t1jax.tasks import families
     from t1jax.tasks.pool import load_pool
-    from t1jax.tasks.validate import pool_scale
+    from t1jax.verify.reward import pool_scale
 
     config = get_config()
     r = config.rollouts

@@ -47,7 +47,7 @@ from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks import families  # noqa: E402
 from t1jax.tasks.pool import load_pool  # noqa: E402
-from t1jax.tasks.validate import INVARIANT, pool_scale  # noqa: E402
+from t1jax.verify.reward import INVARIANT, pool_scale  # noqa: E402
 from t1jax.verify.verifier import verify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

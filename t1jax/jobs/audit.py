@@ -18,7 +18,7 @@ def run(config, workdir: Path) -> int:
     from t1jax.tasks.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
         write_reports
     from t1jax.tasks.pool import default_pool_dir, load_pool
-    from t1jax.tasks.validate import pool_scale
+    from t1jax.verify.reward import pool_scale
 
     pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
     loaded = load_pool(pool_dir, skip_invalid=True)  # a malformed task is a rejected task

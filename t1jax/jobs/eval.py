@@ -1,4 +1,4 @@
-"""Evaluate a policy on a task directory (configs/eval.py): see t1jax/eval.py for the protocol."""
+"""Evaluate a policy on a task directory (configs/eval.py): see t1jax/rollout/evaluate.py for the protocol."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ENGINES = ("embedded", "fleet")
 
 
 def _check(config) -> None:
-    from t1jax.eval import HARNESSES, INTERNET_POLICIES
+    from t1jax.rollout.evaluate import HARNESSES, INTERNET_POLICIES
     if config.harness not in HARNESSES:
         raise UsageError(f"config.harness={config.harness!r}; choose one of {HARNESSES}")
     if config.engine not in ENGINES:
@@ -83,11 +83,11 @@ def run(config, workdir: Path) -> int:
     _check(config)
     from t1jax.jobs.progress import job_progress
 
-    from t1jax.eval import evaluate, skipped_note
+    from t1jax.rollout.evaluate import evaluate, skipped_note
     from t1jax.rollout.engine import SamplingParams, derived_seed
     from t1jax.rollout.tokenizer import load_or_train
     from t1jax.tasks.pool import default_pool_dir
-    from t1jax.tasks.validate import pool_scale
+    from t1jax.verify.reward import pool_scale
 
     pool_dir = Path(config.tasks) if config.tasks else default_pool_dir()
     if not pool_dir.is_dir():

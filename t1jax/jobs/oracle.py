@@ -15,7 +15,8 @@ def run(config, workdir: Path) -> int:
     from t1jax.jobs.progress import job_progress
 
     from t1jax.tasks.pool import default_pool_dir
-    from t1jax.tasks.validate import AGENTS, pool_scale, validate_pool
+    from t1jax.tasks.validate import AGENTS, validate_pool
+    from t1jax.verify.reward import pool_scale
 
     pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
     tasks = load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,

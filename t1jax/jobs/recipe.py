@@ -166,7 +166,7 @@ class Recipe:
             from tokenizers import Tokenizer
 
             from t1jax.tasks.pool import load_pool
-            from t1jax.tasks.validate import pool_scale
+            from t1jax.verify.reward import pool_scale
             c = self.config
             train = load_pool(self.pool_dir / "train").tasks
             heldout = load_pool(self.pool_dir / "heldout").tasks
@@ -348,7 +348,7 @@ class Recipe:
         attempts per task. Every label samples with one seed from config.seed: a rerun
         repeats, and base / SFT / PPO meet the same random numbers per (task, attempt, turn),
         so their differences are paired."""
-        from t1jax.eval import evaluate
+        from t1jax.rollout.evaluate import evaluate
         from t1jax.rollout import context
         from t1jax.rollout.batching import embedded_engine
         from t1jax.rollout.engine import SamplingParams, derived_seed

@@ -78,7 +78,7 @@ def _task_stack(config):
     from t1jax.rollout.tokenizer import load_or_train
     from t1jax.tasks.decontam import check_pool
     from t1jax.tasks.pool import default_pool_dir, load_pool, select_tasks
-    from t1jax.tasks.validate import pool_scale
+    from t1jax.verify.reward import pool_scale
     pool_dir = Path(config.rollouts.pool_dir) if config.rollouts.pool_dir else default_pool_dir()
     tasks = load_pool(pool_dir).tasks
     try:

@@ -5,7 +5,7 @@ trajectory the way the model saw it, and see which tokens the policy gradient to
 sets leave trial records (``eval/<label>/trials.jsonl``) plus the trained samples
 (``samples/*.npz``); the training rollouts (``<stage>/rollouts/step_*/*.npz``) leave samples
 only. Both become the same trial dicts here, read with the project's own readers
-(``t1jax.eval``, ``t1jax.rollout.sample``), and ``check_loss_mask`` verifies from the tokens
+(``t1jax.rollout.evaluate``, ``t1jax.rollout.sample``), and ``check_loss_mask`` verifies from the tokens
 alone that the loss mask covers exactly the model's sampled replies.
 """
 
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from t1jax.eval import failure_mode, mask_runs, sample_name, segments
+from t1jax.rollout.evaluate import failure_mode, mask_runs, sample_name, segments
 from t1jax.rollout.chat import IM_END
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.tito import assistant_header_ids

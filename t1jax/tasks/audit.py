@@ -20,7 +20,8 @@ from t1jax.llm import chat
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.audit_static import (check_coverage, file_texts, instruction_clarity,
                                      output_paths, secret_files, solution_substance, static_leaks)
-from t1jax.tasks.validate import INVARIANT, pool_scale, run_episode, static_assertion_count
+from t1jax.tasks.validate import run_episode
+from t1jax.verify.reward import INVARIANT, pool_scale, static_assertion_count
 
 WEIGHTS = {"verifier": 0.45, "solution": 0.25, "instruction": 0.20, "value": 0.10}
 DIMENSIONS = {"verifier": ("strength", "granularity", "shortcut_resistance"),

@@ -24,8 +24,8 @@ from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.synth_operators import (LLMConfig, Operator, Output, Parent, Rewrite,
                                          RewriteError, make_operators, top_level_names)
 from t1jax.tasks.task import TaskFormatError, load_task
-from t1jax.tasks.validate import INVARIANT, run_agent, static_assertion_count
-from t1jax.verify.reward import GlobalScale
+from t1jax.tasks.validate import run_agent
+from t1jax.verify.reward import INVARIANT, GlobalScale, static_assertion_count
 from t1jax.verify.verifier import verify
 
 WORKDIR = "/app"

@@ -23,8 +23,7 @@ import tensorflow_datasets as tfds
 
 from t1jax.tasks.pool import load_pool
 from t1jax.tasks.task import TaskFormatError
-from t1jax.tasks.validate import static_assertion_count
-from t1jax.verify.reward import GlobalScale
+from t1jax.verify.reward import GlobalScale, static_assertion_count
 
 NAME = "t1jax_pool"
 SCALE_QUANTILE = 0.9

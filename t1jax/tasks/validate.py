@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -23,16 +22,10 @@ from t1jax.rollout.trial import task_limits, task_sandbox_spec
 from t1jax.sandbox.backend import Backend
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.task import resolve_env
-from t1jax.verify.reward import GlobalScale
+from t1jax.verify.reward import GlobalScale, goal_assertions, pool_scale
 from t1jax.verify.verifier import VerifierReport, verify
 
-INVARIANT = re.compile(r"(^|[:.])test_invariant_")
 AGENTS = ("oracle", "nothing")
-
-
-def goal_assertions(report) -> list:
-    """The report's assertions that check the task's goal (all but `test_invariant_*`)."""
-    return [a for a in report.assertions if not INVARIANT.search(a.name)]
 
 
 @dataclasses.dataclass
@@ -49,21 +42,6 @@ class EpisodeResult:
         if self.report is None:
             return 0
         return sum(a.status == "passed" for a in goal_assertions(self.report))
-
-
-def static_assertion_count(task) -> int:
-    """Test functions in a task's test files: what the pool's global scale is chosen from
-    before any episode runs."""
-    pattern = re.compile(r"^\s*(?:async\s+)?def\s+test_\w*\s*\(", re.M)
-    return sum(len(pattern.findall(path.read_text(errors="replace")))
-               for rel, path in task.test_files().items() if rel.endswith(".py"))
-
-
-def pool_scale(tasks, quantile: float = 0.9, fixed: float = 0.0) -> GlobalScale:
-    if fixed > 0:
-        return GlobalScale(fixed, "fixed in the run config (verifier.global_scale)")
-    counts = [max(static_assertion_count(t), 1) for t in tasks]
-    return GlobalScale.from_counts(counts, quantile)
 
 
 def run_agent(agent: str, task, sandbox) -> None:

@@ -10,6 +10,7 @@ fall back to their binary outcome, so a solved task never scores zero.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from t1jax.verify.results import Assertion
@@ -81,3 +82,30 @@ def dense_reward(assertions: list[Assertion] | None, binary: float | None,
     if solved:
         reward = max(reward, 1.0 / scale.value)
     return reward, DENSE
+
+
+# Assertions named test_invariant_* check that the task's inputs stay intact (a do-nothing
+# agent passes them); the others check the task's goal.
+INVARIANT = re.compile(r"(^|[:.])test_invariant_")
+
+
+def goal_assertions(report) -> list:
+    """The report's assertions that check the task's goal (all but `test_invariant_*`)."""
+    return [a for a in report.assertions if not INVARIANT.search(a.name)]
+
+
+def static_assertion_count(task) -> int:
+    """Test functions in a task's test files: what the pool's global scale is chosen from
+    before any episode runs."""
+    pattern = re.compile(r"^\s*(?:async\s+)?def\s+test_\w*\s*\(", re.M)
+    return sum(len(pattern.findall(path.read_text(errors="replace")))
+               for rel, path in task.test_files().items() if rel.endswith(".py"))
+
+
+def pool_scale(tasks, quantile: float = 0.9, fixed: float = 0.0) -> GlobalScale:
+    """The pool's fixed scale: `fixed` when > 0, else the quantile of its tasks' static
+    assertion counts."""
+    if fixed > 0:
+        return GlobalScale(fixed, "fixed in the run config (verifier.global_scale)")
+    counts = [max(static_assertion_count(t), 1) for t in tasks]
+    return GlobalScale.from_counts(counts, quantile)
