@@ -68,6 +68,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sft.data_dir = ""  # .npz samples; default: build from oracle solutions in workdir
     config.sft.batch_size = 4
     config.sft.lr = 3e-4
+    config.sft.lr_schedule = "constant"  # constant | cosine (to 0 at the last step)
 
     config.init = ml_collections.ConfigDict()
     config.init.actor = ""  # checkpoints dir whose actor starts the policy (SFT warm start)

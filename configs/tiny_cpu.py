@@ -75,6 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sft.steps = 600  # 300 steps: 0/20 held-out, 600: 8/20 greedy (docs/probes.md run e)
     config.sft.batch_size = 16
     config.sft.lr = 3e-3
+    config.sft.lr_schedule = "cosine"  # decayed to 0 at the last step: constant | cosine
     config.sft.checkpoint_every = 50  # a killed SFT resumes from its last multiple of this
 
     config.warmup = ml_collections.ConfigDict()

@@ -726,3 +726,14 @@ def test_training_reward_per_family():
     assert stats["family/sort/resolved"] == 0.5 and stats["family/sort/trials"] == 2
     assert stats["family/copy/reward"] == 0.5 and stats["family/copy/resolved"] == 0.0
     assert not [k for k in stats if k.startswith("family/None")]
+
+
+def test_sft_learning_rate_decays_to_zero_at_the_last_step():
+    from t1jax.rl.trainer import sft_learning_rate
+    assert sft_learning_rate(3e-3, "constant", 600) == 3e-3
+    cosine = sft_learning_rate(3e-3, "cosine", 600)
+    assert float(cosine(0)) == pytest.approx(3e-3)
+    assert float(cosine(300)) == pytest.approx(1.5e-3)
+    assert float(cosine(600)) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="sft.lr_schedule"):
+        sft_learning_rate(3e-3, "linear", 600)

@@ -182,13 +182,14 @@ class Recipe:
         import jax
 
         from t1jax.model.config import model_config_from
-        from t1jax.rl.trainer import Trainer
+        from t1jax.rl.trainer import Trainer, sft_learning_rate
         from t1jax.sharding import mesh_from_config
         c = self.config
         n = c.mesh.data * c.mesh.fsdp * c.mesh.expert * c.mesh.tensor
         mesh = mesh_from_config(c.mesh, jax.devices()[:n])
-        return Trainer(model_config_from(c.model), c.rl, mesh, seed=c.seed,
-                       actor_lr=c.sft.lr if stage == "sft" else None)
+        lr = (sft_learning_rate(c.sft.lr, c.sft.get("lr_schedule", "constant"), c.sft.steps)
+              if stage == "sft" else None)
+        return Trainer(model_config_from(c.model), c.rl, mesh, seed=c.seed, actor_lr=lr)
 
     # -- phases ------------------------------------------------------------------------------
 

@@ -177,15 +177,17 @@ def run(config, workdir: Path) -> int:
     from t1jax.checkpoint import has_checkpoint
     from t1jax.model.config import model_config_from
     from t1jax.rl import loop
-    from t1jax.rl.trainer import Trainer
+    from t1jax.rl.trainer import Trainer, sft_learning_rate
     from t1jax.sharding import mesh_from_config
 
     import jax
     devices = jax.devices(config.mesh.devices) if config.mesh.get("devices") else None
     n = config.mesh.data * config.mesh.fsdp * config.mesh.expert * config.mesh.tensor
     mesh = mesh_from_config(config.mesh, None if devices is None else devices[:n])
+    lr = (sft_learning_rate(config.sft.lr, config.sft.get("lr_schedule", "constant"),
+                            config.steps) if config.stage == "sft" else None)
     trainer = Trainer(model_config_from(config.model), config.rl, mesh, seed=config.seed,
-                      actor_lr=config.sft.lr if config.stage == "sft" else None)
+                      actor_lr=lr)
     fresh = not has_checkpoint(workdir / "checkpoints")  # a finished step, not a folder
     if config.init.actor and config.init.get("hf_path"):
         raise UsageError("set config.init.actor or config.init.hf_path, not both")
