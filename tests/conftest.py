@@ -106,6 +106,40 @@ def tiny_causal_lm(family: str = "qwen3_moe"):
     return _TINY_MODELS[family]
 
 
+# A random HF Qwen3-MoE for the parity tests: tiny, with large weights (non-trivial routing, so
+# a wrong key, position or route changes the experts picked); layer 1 is dense.
+HF_QWEN3_MOE = dict(vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
+                    num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=8, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                    mlp_only_layers=[1], tie_word_embeddings=False)
+
+
+def random_hf_qwen3_moe(seed=0, **overrides):
+    """transformers' Qwen3MoeForCausalLM of HF_QWEN3_MOE (with overrides), eval mode."""
+    import torch
+    import transformers
+    torch.manual_seed(seed)
+    hf = transformers.Qwen3MoeForCausalLM(
+        transformers.Qwen3MoeConfig(**{**HF_QWEN3_MOE, **overrides})).eval()
+    with torch.no_grad():
+        for _, p in hf.named_parameters():
+            p.normal_(1.0, 0.1) if p.ndim == 1 else p.normal_(0.0, 0.2)
+    return hf
+
+
+def saved_hf_and_loaded(path):
+    """random_hf_qwen3_moe saved to `path`, its config, and our CausalLM loaded from it."""
+    from flax import nnx
+
+    from t1jax.model.config import ModelConfig
+    from t1jax.model.hf_io import load_hf
+    from t1jax.model.transformer import CausalLM
+    hf = random_hf_qwen3_moe()
+    hf.save_pretrained(path)
+    cfg = ModelConfig.from_pretrained(path)
+    return hf, cfg, load_hf(nnx.eval_shape(lambda: CausalLM(cfg, nnx.Rngs(0))), path)
+
+
 @pytest.fixture(scope="module", params=sorted(_TINY))
 def any_model(request):
     """A tiny CausalLM of each family."""

@@ -18,27 +18,19 @@ from t1jax import sharding
 from t1jax.model.config import ModelConfig
 from t1jax.model.hf_io import export_hf, load_hf, param_map
 from t1jax.model.transformer import CausalLM, ValueModel
+from conftest import random_hf_qwen3_moe
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-HF_CONFIG = dict(vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
-                 num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                 num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
-                 attention_bias=True, tie_word_embeddings=False)
 B, S = 2, 9
 ATOL = 1e-4
 
 
 def random_hf(seed=0, **overrides):
-    torch.manual_seed(seed)
-    hf = transformers.Qwen3MoeForCausalLM(
-        transformers.Qwen3MoeConfig(**{**HF_CONFIG, **overrides})).eval()
-    with torch.no_grad():
-        for _, p in hf.named_parameters():
-            p.normal_(1.0, 0.1) if p.ndim == 1 else p.normal_(0.0, 0.2)
-    return hf
+    """The shared random HF Qwen3-MoE with attention biases (their import is checked here)."""
+    return random_hf_qwen3_moe(seed, **{"attention_bias": True, **overrides})
 
 
 def abstract(cfg, cls=CausalLM):

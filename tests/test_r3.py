@@ -12,34 +12,23 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from t1jax.model.config import ModelConfig
 from t1jax.model.dispatch import expert_ffn_loop_reference
 from t1jax.model.hf_io import load_hf
 from t1jax.model.moe import MoE, gate_weights, load_balancing_loss
-from t1jax.model.transformer import CausalLM, log_probs
+from t1jax.model.transformer import log_probs
+from conftest import saved_hf_and_loaded
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 qwen3_moe = pytest.importorskip("transformers.models.qwen3_moe.modeling_qwen3_moe")
 
-HF_CONFIG = dict(vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
-                 num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                 num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
-                 tie_word_embeddings=False)
 B, S = 2, 10
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     path = tmp_path_factory.mktemp("r3")
-    torch.manual_seed(0)
-    hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**HF_CONFIG)).eval()
-    with torch.no_grad():
-        for _, p in hf.named_parameters():
-            p.normal_(1.0, 0.1) if p.ndim == 1 else p.normal_(0.0, 0.2)
-    hf.save_pretrained(path)
-    cfg = ModelConfig.from_pretrained(path)
-    model = load_hf(nnx.eval_shape(lambda: CausalLM(cfg, nnx.Rngs(0))), path)
+    hf, cfg, model = saved_hf_and_loaded(path)
     tokens = np.random.RandomState(1).randint(0, cfg.vocab_size, (B, S)).astype(np.int32)
     return hf, cfg, model, tokens
 
