@@ -102,3 +102,9 @@ def test_an_arm_never_writes_into_a_foreign_workdir_or_from_an_unfinished_base(t
 def test_a_failed_run_reports_its_error_without_progress_bar_noise():
     text = "\x1b[2K\x1b[?25lPPO \x1b[32m0/3\x1b[0m\n\n\x1b[2K\nSandboxError: no engine\n"
     assert ablation._readable(text) == "PPO 0/3\nSandboxError: no engine"
+
+
+def test_arms_run_the_repositorys_entry_point():
+    """ROOT is the repository (a move of this module once pointed it into t1jax/)."""
+    assert (ablation.ROOT / "experiments" / "run.py").is_file()
+    assert (ablation.ROOT / "configs" / "tiny_cpu.py").is_file()

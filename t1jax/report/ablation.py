@@ -20,7 +20,7 @@ from pathlib import Path
 from t1jax.metrics_log import read_jsonl
 from t1jax.sandbox.output import strip_ansi
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: experiments/, configs/
 BASE_PHASES = ("pool", "oracle", "sft", "warmup")
 
 
