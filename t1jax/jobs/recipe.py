@@ -130,6 +130,7 @@ class Recipe:
         self.pool_dir = workdir / "pool"
         self.images: dict = {}
         self._stack = None
+        self._validation: list | None = None
         self.bars = None  # job_progress() bars while run() is active
 
     # -- progress bars -----------------------------------------------------------------------
@@ -187,8 +188,7 @@ class Recipe:
         c = self.config
         n = c.mesh.data * c.mesh.fsdp * c.mesh.expert * c.mesh.tensor
         mesh = mesh_from_config(c.mesh, jax.devices()[:n])
-        lr = (sft_learning_rate(c.sft.lr, c.sft.get("lr_schedule", "constant"), c.sft.steps)
-              if stage == "sft" else None)
+        lr = sft_learning_rate(c.sft.lr, c.sft.lr_schedule, c.sft.steps) if stage == "sft" else None
         return Trainer(model_config_from(c.model), c.rl, mesh, seed=c.seed, actor_lr=lr)
 
     # -- phases ------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class Recipe:
     def validation(self) -> list:
         """The validation split's tasks (settings are chosen on these; the held-out split is
         the test split, evaluated only by the final evaluations): [] in a pool without one."""
-        if not hasattr(self, "_validation"):
+        if self._validation is None:
             from t1jax.tasks.pool import load_pool
             folder = self.pool_dir / "validation"
             self._validation = load_pool(folder).tasks if folder.is_dir() else []
@@ -227,7 +227,7 @@ class Recipe:
             plan = families.write_family_pool(
                 self.pool_dir, seed=self.config.seed, train_per_family=c.train_per_family,
                 heldout_per_family=c.heldout_per_family,
-                validation_per_family=c.get("validation_per_family", 0),
+                validation_per_family=c.validation_per_family,
                 families=[f for f in c.families.split(",") if f] or None)
             kill_point("pool", 1, "written")  # tasks written; no tokenizer, no DONE yet
             tok = train_tokenizer(self.config.model.vocab_size,
@@ -327,8 +327,12 @@ class Recipe:
             logging.warning("no validation split in %s: no periodic evaluation during PPO (the "
                             "test split is only for the final evaluations)", self.pool_dir)
             every = 0
+
+        def due(step: int) -> bool:  # a periodic evaluation after this step
+            return bool(every) and step % every == 0 and step < self.config.ppo.steps
+
         resumed = finalized_steps(out / "checkpoints")
-        if every and resumed and resumed[-1] % every == 0 and resumed[-1] < self.config.ppo.steps:
+        if resumed and due(resumed[-1]):
             # killed while evaluating its newest checkpoint: the resumed loop starts after that
             # step and would never evaluate it, so the report would silently lack the row
             self.evaluate(f"step_{resumed[-1]:04d}", self._restored_actor(out / "checkpoints"),
@@ -336,7 +340,7 @@ class Recipe:
 
         def tick(step, metrics):
             bar(step, metrics)
-            if every and step % every == 0 and step < self.config.ppo.steps:
+            if due(step):
                 self.evaluate(f"step_{step:04d}", trainer.actor_model(), split="validation")
 
         loop.run(trainer, self._live(trainer, out, "ppo"), out,
@@ -349,10 +353,10 @@ class Recipe:
         attempts per task. Every label samples with one seed from config.seed: a rerun
         repeats, and base / SFT / PPO meet the same random numbers per (task, attempt, turn),
         so their differences are paired."""
-        from t1jax.rollout.evaluate import evaluate
         from t1jax.rollout import context
         from t1jax.rollout.batching import embedded_engine
         from t1jax.rollout.engine import SamplingParams, derived_seed
+        from t1jax.rollout.evaluate import evaluate
         out = self.eval_dir(label, split)
         if (out / "summary.json").is_file():
             return json.loads((out / "summary.json").read_text())

@@ -184,8 +184,8 @@ def run(config, workdir: Path) -> int:
     devices = jax.devices(config.mesh.devices) if config.mesh.get("devices") else None
     n = config.mesh.data * config.mesh.fsdp * config.mesh.expert * config.mesh.tensor
     mesh = mesh_from_config(config.mesh, None if devices is None else devices[:n])
-    lr = (sft_learning_rate(config.sft.lr, config.sft.get("lr_schedule", "constant"),
-                            config.steps) if config.stage == "sft" else None)
+    lr = (sft_learning_rate(config.sft.lr, config.sft.lr_schedule, config.steps)
+          if config.stage == "sft" else None)
     trainer = Trainer(model_config_from(config.model), config.rl, mesh, seed=config.seed,
                       actor_lr=lr)
     fresh = not has_checkpoint(workdir / "checkpoints")  # a finished step, not a folder

@@ -36,7 +36,7 @@ from t1jax.rollout.terminus import SYSTEM_PROMPT as TERMINUS_SYSTEM_PROMPT
 from t1jax.rollout.terminus_agent import run_terminus_episode
 from t1jax.rollout.trial import task_limits, task_sandbox_spec
 from t1jax.sandbox.base import Limits
-from t1jax.verify.reward import pool_scale
+from t1jax.verify.reward import goal_assertions, pool_scale
 from t1jax.verify.verifier import verify
 
 HARNESSES = ("tools", "terminus")
@@ -82,7 +82,6 @@ def failure_mode(finish: str, report, error: str | None = None) -> str:
 def goal_fraction(report) -> float:
     """Passed goal assertions / goal assertions (all but `test_invariant_*`, which hold before
     the agent acts): progress a do-nothing agent cannot score, unlike the dense reward."""
-    from t1jax.verify.reward import goal_assertions
     goals = goal_assertions(report)
     return sum(a.status == "passed" for a in goals) / len(goals) if goals else 0.0
 
