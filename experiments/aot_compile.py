@@ -42,13 +42,14 @@ def main(argv) -> int:
     if config is None:
         raise app.UsageError("--config is required")
     try:
-        devices = __import__("t1jax.aot", fromlist=["aot"]).topology_devices(_TOPOLOGY.value)
+        devices = __import__("t1jax.jobs.aot", fromlist=["aot"]).topology_devices(_TOPOLOGY.value)
     except Exception as err:  # libtpu absent or an unknown topology name
         print(f"cannot describe TPU topology {_TOPOLOGY.value!r} ({type(err).__name__}: {err}). "
               "Ahead-of-time TPU compiles need libtpu: python -m venv .venv-tpu && "
               ".venv-tpu/bin/pip install -r requirements-tpu.txt", file=sys.stderr)
         return 2
-    from t1jax import aot, sharding
+    from t1jax import sharding
+    from t1jax.jobs import aot
     from t1jax.model.config import model_config_from
     from t1jax.rl.trainer import Settings
     sizes = ([int(x) for x in _MESH.value.split(",")] if _MESH.value else

@@ -17,7 +17,8 @@ from flax import nnx
 from configs.model.tiny import get_config
 from t1jax.model.config import model_config_from
 from t1jax.model.transformer import CausalLM
-from t1jax.rollout.agent import RolloutError, run_agent_episode, truncate_middle
+from t1jax.rollout.agent import run_agent_episode
+from t1jax.rollout.harness import RolloutError, truncate_middle
 from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine

@@ -1,4 +1,4 @@
-"""The ahead-of-time compile report (t1jax/aot.py) on CPU devices, and the sharding facts it
+"""The ahead-of-time compile report (t1jax/jobs/aot.py) on CPU devices, and the sharding facts it
 relies on: the MoE dispatch stays local to each device's tokens (the failure that made real
 configs need 118-222 GB per chip), the trainer places Adam's moments like their parameters, the
 HLO collective counter multiplies loop bodies by their trip counts, and model FLOPs follow
@@ -13,8 +13,10 @@ import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from t1jax import aot, sharding
-from t1jax.model.config import param_counts
+from t1jax import sharding
+from t1jax.jobs import aot
+from t1jax.jobs.hlo import collectives
+from t1jax.model.sizes import param_counts
 from t1jax.model.transformer import CausalLM
 from t1jax.rl.trainer import Settings
 
@@ -37,7 +39,7 @@ def test_collectives_multiplies_loop_bodies_by_trip_count():
     xs = jax.ShapeDtypeStruct((5, 16), jnp.float32, sharding=NamedSharding(mesh, P(None, "x")))
     hlo = jax.jit(f).lower(xs).compile().as_text()
     assert len(re.findall(r"all-reduce\(", hlo)) == 1  # one op in the text, inside the loop
-    got = aot.collectives(hlo)
+    got = collectives(hlo)
     assert got["all-reduce"] == {"count": 5, "bytes": 5 * 2 * 4}
     assert got["all-gather"]["count"] == 0
 
@@ -65,7 +67,7 @@ ENTRY %main.4 (a: bf16[4,8]) -> bf16[4,8] {
   %v = (s32[], bf16[4,8]) while(%t), condition=%cond.3, body=%body.1
 }
 """
-    got = aot.collectives(hlo)
+    got = collectives(hlo)
     assert got["all-gather"] == {"count": 48 + 1, "bytes": (48 + 1) * 4 * 8 * 2}
 
 
@@ -87,7 +89,7 @@ calls=%all-reduce-scatter.clone.1
   %all-reduce.1 = f32[16]{0} all-reduce(%b), channel_id=1
 }
 """
-    got = aot.collectives(hlo)
+    got = collectives(hlo)
     assert got["reduce-scatter"] == {"count": 1, "bytes": 1080 * 4096 * 2}
     assert got["all-reduce"] == {"count": 1, "bytes": 16 * 4}
 

@@ -53,7 +53,7 @@ TINY = """
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    from t1jax.sandbox.bwrap import BwrapBackend
+    from t1jax.sandbox.bwrap_backend import BwrapBackend
     return BwrapBackend(rootfs=ROOTFS, cache_dir=tmp_path_factory.mktemp("cache"))
 
 

@@ -144,7 +144,8 @@ def test_reuse_links_finished_phases_only(tmp_path):
 def test_t1_setting_is_the_report_model_on_a_64_gpu_mesh():
     """configs/t1_qwen35_122b.py trains Qwen3.5-122B-A10B (the report's base) with the report's
     fixed choices: R3 and TITO on, dense reward, KL/entropy/load balancing off, oversampling."""
-    from t1jax.model.config import model_config_from, param_counts
+    from t1jax.model.config import model_config_from
+    from t1jax.model.sizes import param_counts
     config = importlib.import_module("configs.t1_qwen35_122b").get_config(None)
     cfg = model_config_from(config.model)
     assert cfg.model_type == "qwen3_5_moe_text" and cfg.num_hidden_layers == 48
@@ -160,7 +161,7 @@ def test_rollout_seeds_come_from_the_run_seed():
     """Unset (-1), a stage's sampling seed is derived from config.seed: a rerun repeats it,
     another config.seed changes it, and Warm-Up and PPO (same first policy) draw apart; a set
     sampling_seed is used as given."""
-    from t1jax.jobs.train import rollout_seed
+    from t1jax.jobs.build import rollout_seed
     config = importlib.import_module("configs.tiny_cpu").get_config()
     assert config.rollouts.sampling_seed == -1
     ppo, warm = rollout_seed(config, "ppo"), rollout_seed(config, "critic_warmup")

@@ -1,8 +1,9 @@
-"""The evaluation (t1jax/rollout/evaluate.py, the `eval` job) on real Docker sandboxes: pass@k against brute
-force; a scripted policy that plays the oracle on two seed tasks and nothing on a third gives
-exactly the expected rates, failure modes, per-category numbers and outputs; tasks that need the
-internet or do not build are skipped with their reason; the Terminus-2 harness path; and the job
-end to end through experiments/run.py with a randomly initialised tiny policy.
+"""The evaluation (t1jax/rollout/evaluate.py and eval_summary.py, the `eval` job) on real Docker
+sandboxes: pass@k against brute force; a scripted policy that plays the oracle on two seed tasks and
+nothing on a third gives exactly the expected rates, failure modes, per-category numbers and
+outputs; tasks that need the internet or do not build are skipped with their reason; the Terminus-2
+harness path; and the job end to end through experiments/run.py with a randomly initialised tiny
+policy.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t1jax.rollout.evaluate import evaluate, pass_at_k, read_trials, skipped_note, summarize
+from t1jax.rollout.eval_summary import pass_at_k, skipped_note, summarize
+from t1jax.rollout.evaluate import evaluate, read_trials
 from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
@@ -352,7 +354,7 @@ def test_load_policy_from_checkpoint_and_hf(tmp_path):
 def test_failure_mode_names_the_budget_that_ended_the_trial():
     from types import SimpleNamespace
 
-    from t1jax.rollout.evaluate import FAILURE_MODES, failure_mode
+    from t1jax.rollout.eval_summary import FAILURE_MODES, failure_mode
     unsolved = SimpleNamespace(solved=False, tampered=False, assertions=[1], failed=False)
     solved = SimpleNamespace(solved=True, tampered=False, assertions=[1], failed=False)
     for finish, mode in (("timeout", "agent_timeout"), ("turns", "turn_limit"),

@@ -239,7 +239,8 @@ def test_a_build_that_needs_the_network_says_which_key_gives_it(docker_backend, 
 def test_base_map_from_the_run_config():
     """config.sandbox.base_map adds to (or overrides) the default map; a malformed entry is a
     usage error naming the key and the form."""
-    from t1jax.jobs import UsageError, base_map
+    from t1jax.jobs import UsageError
+    from t1jax.jobs.build import base_map
     got = base_map(" node:20=my/node:20 ,*=t1jax/base:bookworm")
     assert got["node:20"] == "my/node:20" and got["*"] == BASE
     assert got["ubuntu:24.04"] == images.DEFAULT_BASE_MAP["ubuntu:24.04"]

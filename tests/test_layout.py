@@ -16,15 +16,11 @@ LAYERS = (
      "t1jax.tasks.sampler", "t1jax.tasks.decontam"),
     ("t1jax.rollout",),
     ("t1jax.tasks", "t1jax.rl"),  # what runs trials over tasks (validate, synth, audit), training
-    ("t1jax.aot", "t1jax.report", "t1jax.jobs", "t1jax"),
+    ("t1jax.report", "t1jax.jobs", "t1jax"),
 )
 # rl/ takes from rollout/ only the data types rollouts reach it as
 RL_MAY_IMPORT_FROM_ROLLOUT = ("t1jax.rollout.sample",)
-KNOWN = {
-    ("t1jax.rl.loop", "t1jax.rollout.scheduler"):
-        "LiveRollouts runs the scheduler from rl/: move it beside the scheduler, rl/loop.py "
-        "keeping a RolloutSource protocol (#28 item 4)",
-}
+KNOWN: dict = {}  # (importer, imported) -> the change that removes it
 
 
 def layer(module: str) -> int:

@@ -12,7 +12,8 @@ import pytest
 from flax import nnx
 
 from conftest import tiny_causal_lm
-from t1jax.model.transformer import CausalLM, scan_plan, stored_at, use_flash
+from t1jax.model.layer_stack import scan_plan, stored_at
+from t1jax.model.transformer import CausalLM, use_flash
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
 

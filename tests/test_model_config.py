@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from t1jax.model.config import ModelConfig, model_config_from, param_counts
+from t1jax.model.config import ModelConfig, model_config_from
+from t1jax.model.sizes import param_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ("qwen3_30b_a3b", "qwen3_235b_a22b")

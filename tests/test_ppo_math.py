@@ -700,7 +700,7 @@ def test_gae_of_a_trial_split_over_rows_equals_gae_in_one_row(gamma, lam):
 def test_staleness_counts_turns_behind_the_policy_being_trained():
     """One-step-off turns are 1 behind, a carried-over trial's early turns more; versions that
     are no step number (a recording made elsewhere, a test double) are left out."""
-    from t1jax.rl.metrics import staleness
+    from t1jax.rollout.sample import staleness
 
     def sample(versions):
         return Sample(tokens=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0],

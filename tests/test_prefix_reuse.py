@@ -138,7 +138,7 @@ def test_trials_through_the_batching_engine_replay_each_route_once(model):
     (one-step-off) drop the rows, and the positions the new weights route differently are
     counted as drift, exactly, and reach the step's rollout/route_drift."""
     from t1jax.rl.metrics import sample_stats
-    from t1jax.rollout.agent import RouteRecord
+    from t1jax.rollout.harness import RouteRecord
     from t1jax.rollout.batching import BatchingEngine
     from t1jax.rollout.engine import generate_in_session
     from t1jax.rollout.sample import Sample

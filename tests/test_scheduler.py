@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t1jax.rollout.agent import RolloutError
+from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.scheduler import (DONE, STOPPED, EpisodeState, RolloutScheduler, TrialRequest,
@@ -257,12 +257,12 @@ def test_a_verification_outage_drops_the_trial_instead_of_scoring_zero(docker_ba
     """Two real trials that both solve the task; the first verification cannot run (an
     outage of ours, injected at the verifier's boundary). That trial FAILS, named, and is
     dropped and counted; the other is the step's sample. Nothing is trained as reward 0."""
-    from t1jax.rl.loop import LiveRollouts
-    from t1jax.rollout import scheduler as scheduler_lib
+    from t1jax.rollout.source import LiveRollouts
+    from t1jax.rollout import trial as trial_lib
     from t1jax.tasks.sampler import EpochSampler
     tok, task = train_tokenizer(), load_task(TASK_DIR)
     run_id = f"test-outage-{uuid.uuid4().hex[:8]}"
-    real_verify, calls = scheduler_lib.verify, []
+    real_verify, calls = trial_lib.verify, []
 
     def verify(*args, **kwargs):
         calls.append(1)
@@ -273,7 +273,7 @@ def test_a_verification_outage_drops_the_trial_instead_of_scoring_zero(docker_ba
             raise outage
         return real_verify(*args, **kwargs)
 
-    monkeypatch.setattr(scheduler_lib, "verify", verify)
+    monkeypatch.setattr(trial_lib, "verify", verify)
     trial = episode_trial(docker_backend, lambda req: Scripted(
         tok, [render_tool_call(SOLVE), "Done."], "v0"), tok, {task.task_id: task},
         scale=GlobalScale(5, "test"), run_id=run_id, sampling=SamplingParams(max_new_tokens=256),
@@ -385,7 +385,7 @@ def test_seeded_trials_repeat_their_draws_and_carry_over_keeps_them():
 def test_live_rollouts_group_size_draws_each_task_that_many_times():
     """rollouts.group_size=k: a step's batch holds batch_size / k tasks, k trials of each, with
     distinct attempts (the per-task baseline compares them)."""
-    from t1jax.rl.loop import LiveRollouts
+    from t1jax.rollout.source import LiveRollouts
     from t1jax.rollout.scheduler import StepResult
     from t1jax.tasks.sampler import EpochSampler
 

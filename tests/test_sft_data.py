@@ -11,14 +11,15 @@ import uuid
 import numpy as np
 import pytest
 
-from t1jax.rl.sft_data import filter_rollouts, load_samples, save_samples
-from t1jax.rollout.agent import RolloutError, run_agent_episode
+from t1jax.rl.sft_data import filter_rollouts
+from t1jax.rollout.agent import run_agent_episode
+from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.chat import IM_END, parse_tool_calls, render_tool_call
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.oracle_data import (FINAL_ANSWER, OracleEngine, oracle_commands,
                                        oracle_samples, solution_commands, split_solution,
                                        unfaithful_constructs)
-from t1jax.rollout.sample import Sample
+from t1jax.rollout.sample import Sample, load_samples, save_samples
 from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.tasks.pool import default_pool_dir, load_pool
 from t1jax.verify.reward import pool_scale

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from t1jax.rollout.engine import FINISH_LENGTH, FINISH_STOP, GenerateResult, SamplingParams
-from t1jax.rollout.server import _aborted, to_response
+from t1jax.rollout.sglang_protocol import aborted_response, to_response
 from t1jax.rollout.sglang import generate_body
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def test_server_replies_decode_under_sglangs_contract():
     replies = [to_response([1, 2, 3, 4], stop, True, True, rid="a"),
                to_response([1, 2, 3, 4], length, True, False),
                to_response([1, 2, 3, 4], length, False, False),
-               _aborted([1, 2], "b")]
+               aborted_response([1, 2], "b")]
     results = sglang_decode([("response", r) for r in replies])
     for reply, res in zip(replies, results):
         assert "ok" in res, (reply, res)

@@ -98,7 +98,7 @@ def backend(request, tmp_path_factory):
         return request.getfixturevalue("docker_backend")
     if shutil.which("bwrap") is None or not os.path.isfile(os.path.join(ROOTFS, "usr/bin/bash")):
         pytest.skip(f"bwrap or its rootfs ({ROOTFS}) missing")
-    from t1jax.sandbox.bwrap import BwrapBackend
+    from t1jax.sandbox.bwrap_backend import BwrapBackend
     return BwrapBackend(rootfs=ROOTFS, cache_dir=tmp_path_factory.mktemp("bwrap-cache"))
 
 

@@ -451,7 +451,7 @@ def test_default_pool_dir_loads():
 def test_loader_warnings_are_grouped_once_per_run(tmp_path):
     """What a job prints of the loader's warnings: one line per distinct warning, with how
     many tasks gave it."""
-    from t1jax.jobs import grouped_warnings
+    from t1jax.jobs.build import grouped_warnings
     toml = MINIMAL_TOML + "[environment]\nmcp_servers = [{name = \"m\"}]\n"
     tasks = [load_task(write_task(tmp_path, f"t{i}", {"task.toml": toml})) for i in range(5)]
     tasks.append(load_task(write_task(tmp_path, "odd", {"task.toml": MINIMAL_TOML + "x = 1\n"})))

@@ -12,7 +12,7 @@ from configs import ppo as ppo_config
 from t1jax.jobs import train as train_job
 from t1jax.model.config import model_config_from
 from t1jax.rl import loop
-from t1jax.rl.sft_data import load_samples
+from t1jax.rollout.sample import load_samples
 from t1jax.rl.trainer import Trainer
 from t1jax.sharding import make_mesh
 

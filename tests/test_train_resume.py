@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from t1jax.checkpoint import Checkpointer, finalized_steps
-from t1jax.rollout.sample import Sample
-from t1jax.rl.sft_data import save_samples
+from t1jax.rollout.sample import Sample, save_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS, K, VOCAB = 2, 2, 512

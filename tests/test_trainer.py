@@ -20,7 +20,8 @@ import pytest
 from flax import nnx
 
 from t1jax import sharding
-from t1jax.model.transformer import ValueModel, stored_at
+from t1jax.model.layer_stack import stored_at
+from t1jax.model.transformer import ValueModel
 from t1jax.rl import critic as critic_lib
 from t1jax.rl import ppo
 from t1jax.rl import trainer as trainer_lib

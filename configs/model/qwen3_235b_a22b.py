@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         compute_dtype="bfloat16",
         moe_dispatch="auto",
         load_balancing_coef=0.0,
-        remat=True,  # recompute each layer in the backward: long rows fit (t1jax/aot.py)
+        remat=True,  # recompute each layer in the backward: long rows fit (t1jax/jobs/aot.py)
         scan_layers=True,  # repeating layers stored stacked, run under lax.scan
     ))
     if arg in (None, "", "tpu"):

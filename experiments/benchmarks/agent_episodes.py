@@ -31,13 +31,11 @@ from t1jax.rollout.agent import run_agent_episode  # noqa: E402
 from t1jax.rollout.chat import IM_END, render_tool_call  # noqa: E402
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
-from t1jax.rollout.trial import task_limits  # noqa: E402
+from t1jax.rollout.trial import run_trial  # noqa: E402
 from t1jax.sandbox import make_backend  # noqa: E402
-from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
 from t1jax.verify.reward import pool_scale  # noqa: E402
-from t1jax.verify.verifier import verify  # noqa: E402
 
 LAYERS, K = 3, 2
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=4096)
@@ -76,14 +74,20 @@ class ReplayEngine:
 def episode(task, tok, backend, image, scale, run_id):
     """Returns (solved, turns, tool calls, seconds in run_agent_episode, total seconds)."""
     t0 = time.perf_counter()
-    limits = task_limits(task, Limits())
     engine = ReplayEngine(tok, [render_tool_call(solve_command(task)), "Done."])
-    with backend.create(SandboxSpec(image=image, limits=limits, workdir="/app",
-                                    user=task.agent.user, run_id=run_id)) as box:
+    agent_s = []
+
+    def play(box):
         t1 = time.perf_counter()
         traj = run_agent_episode(task, engine, tok, box, sampling=SAMPLING)
-        agent_s = time.perf_counter() - t1
-        report = verify(task, box, backend, scale, mode="script", run_id=run_id, limits=limits)
+        agent_s.append(time.perf_counter() - t1)
+        return traj
+
+    outcome = run_trial(task, backend, play, image=image, limits=Limits(), run_id=run_id,
+                        scale=scale, verifier_mode="script")
+    if outcome.error is not None:
+        raise (outcome.play_error or outcome.verify_error)
+    traj, report, agent_s = outcome.played, outcome.report, agent_s[0]
     return report.solved, traj.turns, traj.tool_calls, agent_s, time.perf_counter() - t0
 
 

@@ -45,7 +45,8 @@ from flax import nnx  # noqa: E402
 
 from t1jax import sharding  # noqa: E402
 from t1jax.config_file import load_config_file  # noqa: E402
-from t1jax.model.config import ModelConfig, model_config_from, param_counts  # noqa: E402
+from t1jax.model.config import ModelConfig, model_config_from  # noqa: E402
+from t1jax.model.sizes import param_counts  # noqa: E402
 from t1jax.model import dispatch as moe_dispatch  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
 

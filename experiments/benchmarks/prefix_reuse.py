@@ -58,7 +58,7 @@ def main() -> int:
     from tokenizers import Tokenizer
 
     from configs.tiny_cpu import get_config
-    from t1jax.jobs import sandbox_backend, sandbox_limits
+    from t1jax.jobs.build import sandbox_backend, sandbox_limits
     from t1jax.model.config import model_config_from
     from t1jax.model.transformer import CausalLM
     from t1jax.rollout.batching import embedded_engine

@@ -111,7 +111,7 @@ def fmt(x: float, unit: str, base: float = 1000.0) -> str:
 
 def memory_estimate(cfg, rows: int, seq: int) -> dict[str, float]:
     """Bytes, by part (see the module docstring)."""
-    from t1jax.model.config import param_counts
+    from t1jax.model.sizes import param_counts
     pc = param_counts(cfg)
     p_actor = pc["total"]
     p_critic = p_actor - pc["lm_head"] + cfg.hidden_size
@@ -148,7 +148,7 @@ def main() -> int:
 
     from experiments.benchmarks import ppo_step as bench
     from t1jax import sharding
-    from t1jax.model.config import param_counts
+    from t1jax.model.sizes import param_counts
     from t1jax.rl.trainer import Trainer
 
     samples_n = args.samples or (4 if args.small else 8)

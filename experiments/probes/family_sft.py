@@ -34,21 +34,19 @@ import numpy as np  # noqa: E402
 
 from t1jax import sharding  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
-from t1jax.rl import sft_data  # noqa: E402
 from t1jax.rl.trainer import Trainer  # noqa: E402
 from t1jax.rollout import agent as agent_lib  # noqa: E402
 from t1jax.rollout import oracle_data  # noqa: E402
 from t1jax.rollout.chat import render_prefix  # noqa: E402
 from t1jax.rollout.engine import SamplingParams  # noqa: E402
 from t1jax.rollout.jax_engine import JaxEngine  # noqa: E402
+from t1jax.rollout.sample import load_samples, save_samples  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
-from t1jax.rollout.trial import task_limits  # noqa: E402
-from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
+from t1jax.rollout.trial import run_trial  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks import families  # noqa: E402
 from t1jax.tasks.pool import load_pool  # noqa: E402
 from t1jax.verify.reward import INVARIANT, pool_scale  # noqa: E402
-from t1jax.verify.verifier import verify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,15 +75,13 @@ def load_rl(args):
 def episode(task, engine, tok, backend, image, scale, *, temperature, system_prompt, max_len,
             max_new, max_turns, run_id):
     t0 = time.monotonic()
-    limits = task_limits(task, Limits())
     sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new)
-    with backend.create(SandboxSpec(image=image, limits=limits, workdir="/app",
-                                    user=task.agent.user, run_id=run_id)) as box:
-        traj = agent_lib.run_agent_episode(task, engine, tok, box, sampling=sampling,
-                                           max_turns=max_turns, max_tokens=max_len,
-                                           system_prompt=system_prompt)
-        t1 = time.monotonic()
-        report = verify(task, box, backend, scale, run_id=run_id, limits=limits)
+    outcome = run_trial(task, backend, lambda box: agent_lib.run_agent_episode(
+        task, engine, tok, box, sampling=sampling, max_turns=max_turns, max_tokens=max_len,
+        system_prompt=system_prompt), image=image, limits=Limits(), run_id=run_id, scale=scale)
+    if outcome.error is not None:
+        raise (outcome.play_error or outcome.verify_error)
+    traj, report, t1 = outcome.played, outcome.report, t0 + outcome.play_s
     cmds = [c.command for r in traj.records for c in r.commands]
     goal = sum(a.status == "passed" and not INVARIANT.search(a.name) for a in report.assertions)
     goals = sum(not INVARIANT.search(a.name) for a in report.assertions)
@@ -183,14 +179,14 @@ def main():
     t0 = time.monotonic()
     cache = out / "sft_samples"
     if cache.is_dir() and any(cache.glob("*.npz")):  # same pool + tokenizer: reuse
-        samples, skipped = sft_data.load_samples(cache), []
+        samples, skipped = load_samples(cache), []
     else:
         samples, skipped = oracle_data.oracle_samples(
             train, backend, tok, scale, num_layers=cfg.num_hidden_layers,
             top_k=cfg.num_experts_per_tok, workers=args.workers, max_len=args.max_len,
             images=images, run_id="probe-sft-oracle", final_answer=families.FINAL_ANSWER,
             system_prompt=args.system_prompt)
-        sft_data.save_samples(samples, cache)
+        save_samples(samples, cache)
     oracle_s = time.monotonic() - t0
     lens = [len(s.tokens) for s in samples]
     sampled = [int(np.sum(s.loss_mask)) for s in samples]

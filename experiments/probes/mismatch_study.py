@@ -36,7 +36,7 @@ from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.engine import SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample, bucket_lengths, make_sample
-from t1jax.rollout.trial import task_sandbox_spec
+from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits
 from t1jax.tasks import families
 from t1jax.tasks.task import load_task
@@ -123,13 +123,16 @@ def collect(policy: CausalLM, tasks, tokenizer, backend, *, tito: bool,
 
     def episode(i: int) -> Sample:
         task = chosen[i]
-        spec = task_sandbox_spec(task, images[task.task_id], limits, run_id=run_id)
         sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens,
                                   seed=seed * 100_003 + i)
-        with backend.create(spec) as box:
-            traj = run_agent_episode(task, recorder, tokenizer, box, sampling=sampling,
-                                     max_turns=max_turns, max_tokens=max_tokens,
-                                     system_prompt=system_prompt, tito=tito)
+        outcome = run_trial(
+            task, backend, lambda box: run_agent_episode(
+                task, recorder, tokenizer, box, sampling=sampling, max_turns=max_turns,
+                max_tokens=max_tokens, system_prompt=system_prompt, tito=tito),
+            image=images[task.task_id], limits=limits, run_id=run_id)  # no scale: not graded
+        if outcome.play_error is not None:
+            raise outcome.play_error
+        traj = outcome.played
         sample = make_sample(traj, None, task.task_id, i)
         sample.metadata["retokenized_drift"] = traj.retokenized_drift
         return sample

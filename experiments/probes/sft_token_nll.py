@@ -21,19 +21,17 @@ from flax import nnx  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 from configs import tiny_cpu  # noqa: E402
-from t1jax.checkpoint import Checkpointer, abstract_like  # noqa: E402
+from t1jax.jobs.build import restored_actor  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
-from t1jax.rl.sft_data import load_samples  # noqa: E402
+from t1jax.rollout.sample import load_samples  # noqa: E402
 from t1jax.tasks.families import ENTITIES, FIXTURES  # noqa: E402
 
 
 def token_nll(run: Path, n_samples: int) -> dict[str, np.ndarray]:
     """{"entity": NLLs, "other": NLLs} over the trained tokens of the first n SFT samples."""
-    model = CausalLM(model_config_from(tiny_cpu.get_config().model), nnx.Rngs(0))
-    graphdef, params = nnx.split(model, nnx.Param)
-    with Checkpointer(run / "sft" / "checkpoints", async_save=False) as source:
-        model = nnx.merge(graphdef, source.restore_items({"actor": abstract_like(params)})["actor"])
+    model = restored_actor(CausalLM(model_config_from(tiny_cpu.get_config().model),
+                                    nnx.Rngs(0)), run / "sft" / "checkpoints")
     tok = Tokenizer.from_file(str(run / "tokenizer.json"))
     names = set(ENTITIES) | set(FIXTURES)
     out = {"entity": [], "other": []}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
+from t1jax.jobs import UsageError, build
 
 
 def run(config, workdir: Path) -> int:
@@ -37,11 +37,11 @@ def run(config, workdir: Path) -> int:
         judge = functools.partial(llm_judge, base_url=config.judge.base_url,
                                   model=config.judge.model, timeout_s=config.judge.timeout_s,
                                   api_key=key)
-    backend = sandbox_backend(config.sandbox)
+    backend = build.sandbox_backend(config.sandbox)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if reaped := _reap(backend):
+    if reaped := build.reap_best_effort(backend):
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
-    limits = sandbox_limits(config.sandbox)
+    limits = build.sandbox_limits(config.sandbox)
     reports = []
     if tasks:
         scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
@@ -57,7 +57,7 @@ def run(config, workdir: Path) -> int:
                                      verifier_mode=config.verifier.mode,
                                      allow_network=config.sandbox.allow_network)
             finally:
-                _reap(backend, run_id)  # whatever an interrupt left running
+                build.reap_best_effort(backend, run_id)  # what an interrupt left running
     zero = {f"{g}.{d}": 0.0 for g, ds in DIMENSIONS.items() for d in ds}
     reports += [AuditReport(tid, dict(zero), {g: 0.0 for g in DIMENSIONS}, 0.0, True,
                             [f"invalid task: {' '.join(str(err).split())}"], {})
@@ -66,12 +66,3 @@ def run(config, workdir: Path) -> int:
     print((workdir / "audit.md").read_text())
     print(f"wrote {workdir / 'audit.jsonl'}, {workdir / 'audit.md'} and {workdir / 'scores.json'}")
     return 1 if config.fail_on_reject and any(r.rejected for r in reports) else 0
-
-
-def _reap(backend, run_id: str | None = None) -> int:
-    """Reaping is a safety net: a race with another user of the daemon must not end the audit."""
-    try:
-        return backend.reap(run_id)
-    except Exception as err:  # e.g. docker NotFound: a container vanished while being listed
-        logging.warning("could not reap leftover sandboxes: %s", err)
-        return 0

@@ -8,9 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from absl import logging
-
-from t1jax.jobs import UsageError, load_job_tasks, sandbox_backend, sandbox_limits
+from t1jax.jobs import UsageError, build
 
 ENGINES = ("embedded", "fleet")
 
@@ -43,20 +41,10 @@ def _check(config) -> None:
 
 def load_policy(config):
     """(CausalLM, label): the checkpoint's actor, the HF weights, or the random init."""
-    import jax
-    from flax import nnx
-
-    from t1jax.model.config import model_config_from
-    from t1jax.model.transformer import CausalLM
-    from t1jax.sharding import create_sharded, mesh_from_config
-
-    devices = jax.devices(config.mesh.devices) if config.mesh.get("devices") else None
-    n = config.mesh.data * config.mesh.fsdp * config.mesh.expert * config.mesh.tensor
-    mesh = mesh_from_config(config.mesh, None if devices is None else devices[:n])
-    cfg = model_config_from(config.model)
+    mesh = build.mesh_from(config)
     p = config.policy
     if p.checkpoint:  # check the source before the (slow) model build
-        from t1jax.checkpoint import Checkpointer, abstract_like, finalized_steps
+        from t1jax.checkpoint import finalized_steps
         if not Path(p.checkpoint).is_dir():
             raise UsageError(f"config.policy.checkpoint={p.checkpoint} is not a directory")
         steps = finalized_steps(p.checkpoint)
@@ -66,13 +54,9 @@ def load_policy(config):
                              f"(have steps {steps})")
     if p.hf_path and not Path(p.hf_path).is_dir():
         raise UsageError(f"config.policy.hf_path={p.hf_path} is not a directory")
-    model = create_sharded(lambda: CausalLM(cfg, nnx.Rngs(config.seed)), mesh)
+    model = build.policy(config, mesh)
     if p.checkpoint:
-        _, params = nnx.split(model, nnx.Param)
-        with Checkpointer(p.checkpoint, async_save=False) as source:
-            actor = source.restore_items({"actor": abstract_like(params)}, step)["actor"]
-        nnx.update(model, actor)
-        return model, f"step_{step:04d}"
+        return build.restored_actor(model, p.checkpoint, step), f"step_{step:04d}"
     if p.hf_path:
         from t1jax.model.hf_io import load_hf
         return load_hf(model, p.hf_path), Path(p.hf_path).name
@@ -83,20 +67,18 @@ def run(config, workdir: Path) -> int:
     _check(config)
     from t1jax.jobs.progress import job_progress
 
-    from t1jax.rollout.evaluate import evaluate, skipped_note
+    from t1jax.rollout.eval_summary import skipped_note
+    from t1jax.rollout.evaluate import evaluate
     from t1jax.rollout.engine import SamplingParams, derived_seed
-    from t1jax.rollout.tokenizer import load_or_train
     from t1jax.tasks.pool import default_pool_dir
-    from t1jax.verify.reward import pool_scale
 
     pool_dir = Path(config.tasks) if config.tasks else default_pool_dir()
     if not pool_dir.is_dir():
         raise UsageError(f"config.tasks={pool_dir} is not a directory")
-    tasks = load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
-                           task_filter=config.task_filter)
+    tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
+                                 task_filter=config.task_filter)
 
-    tok = load_or_train(config.tokenizer or str(Path.home() / ".cache" / "t1jax" /
-                                                 "tokenizer-512.json"))
+    tok = build.tokenizer(config.tokenizer)
     from t1jax.model.config import model_config_from
     from t1jax.rollout import context as ctx
     try:
@@ -117,21 +99,16 @@ def run(config, workdir: Path) -> int:
         engine = embedded_engine(model, max_batch=config.engine_batch,
                                  max_len=engine_len, weight_version=default_label)
     else:
-        from t1jax.jobs.train import fleet_client
         from t1jax.rollout.sglang import FleetEngine
-        engine = FleetEngine(fleet_client(config.fleet_urls, model_config_from(config.model),
-                                           config.get("fleet_router", "")),
+        engine = FleetEngine(build.fleet_client(config.fleet_urls,
+                                                model_config_from(config.model),
+                                                config.get("fleet_router", "")),
                              engine_len)
         default_label = "fleet"
     label = config.label or default_label
 
-    backend = sandbox_backend(config.sandbox)
-    reaped = backend.reap()
-    if reaped:
-        logging.info("removed %d sandboxes left behind by dead runs", reaped)
+    stack = build.task_stack(config, tasks, tok)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    limits = sandbox_limits(config.sandbox)
-    scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                               max_new_tokens=config.max_new_tokens)
     seed = config.get("sampling_seed", -1)
@@ -152,8 +129,9 @@ def run(config, workdir: Path) -> int:
         from t1jax.rollout import chat
         try:
             summary = evaluate(
-                tasks, engine, tok, backend, label=label, attempts=config.attempts,
-                harness=config.harness, sampling=sampling, limits=limits, scale=scale,
+                tasks, engine, tok, stack.backend, label=label, attempts=config.attempts,
+                harness=config.harness, sampling=sampling, limits=stack.limits,
+                scale=stack.scale,
                 out_dir=workdir, concurrency=config.sandbox.concurrency,
                 max_turns=config.max_turns, max_tokens=trial_tokens,
                 timeout_s=config.timeout_s or None,
@@ -166,7 +144,7 @@ def run(config, workdir: Path) -> int:
                     config.get("tool_format", ""), config.policy.get("hf_path", ""),
                     os.path.dirname(config.tokenizer)))
         finally:
-            backend.reap(run_id)  # whatever an interrupt left running
+            stack.backend.reap(run_id)  # whatever an interrupt left running
         # skipped tasks never get a trial: fill the bar so it ends complete
         progress.update(trials, completed=len(tasks) * config.attempts)
     print((workdir / "summary.md").read_text())

@@ -6,9 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from absl import logging
-
-from t1jax.jobs import load_job_tasks, sandbox_backend, sandbox_limits
+from t1jax.jobs import build
 
 
 def run(config, workdir: Path) -> int:
@@ -16,18 +14,12 @@ def run(config, workdir: Path) -> int:
 
     from t1jax.tasks.pool import default_pool_dir
     from t1jax.tasks.validate import AGENTS, validate_pool
-    from t1jax.verify.reward import pool_scale
 
     pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
-    tasks = load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
-                           task_filter=config.task_filter)
-    backend = sandbox_backend(config.sandbox)
+    tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
+                                 task_filter=config.task_filter)
+    stack = build.task_stack(config, tasks)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    reaped = backend.reap()
-    if reaped:
-        logging.info("removed %d sandboxes left behind by dead runs", reaped)
-    limits = sandbox_limits(config.sandbox)
-    scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
     with job_progress(info=False) as progress:
         builds = progress.add_task("build task images", total=len(tasks))
         episodes = progress.add_task("oracle + do-nothing episodes", total=len(tasks) * len(AGENTS))
@@ -36,13 +28,13 @@ def run(config, workdir: Path) -> int:
             progress.advance(builds if kind == "build" else episodes)
 
         try:
-            summary = validate_pool(tasks, backend, out_dir=workdir,
-                                    concurrency=config.sandbox.concurrency, limits=limits,
-                                    verifier_mode=config.verifier.mode, run_id=run_id,
-                                    scale=scale, progress=tick,
+            summary = validate_pool(tasks, stack.backend, out_dir=workdir,
+                                    concurrency=config.sandbox.concurrency,
+                                    limits=stack.limits, verifier_mode=config.verifier.mode,
+                                    run_id=run_id, scale=stack.scale, progress=tick,
                                     allow_network=config.sandbox.allow_network)
         finally:
-            backend.reap(run_id)  # whatever an interrupt left running
+            stack.backend.reap(run_id)  # whatever an interrupt left running
     print((workdir / "results.md").read_text())
     print(json.dumps(summary, indent=2))
     print(f"wrote {workdir / 'results.jsonl'} and {workdir / 'results.md'}")

@@ -105,3 +105,30 @@ def job_progress(info: bool = True):
     if info:
         columns.append(TextColumn("{task.fields[info]}"))
     return Progress(*columns)
+
+
+def metric_bar(bars, name: str, total: int, key: str, digits: int = 3):
+    """A bar for a training stage: tick(step, metrics) moves it to `step` and shows `key`'s
+    latest value. bars None (no job_progress() active): a tick that does nothing."""
+    if bars is None:
+        return lambda step, metrics: None
+    task = bars.add_task(name, total=total, info="")
+
+    def tick(step, metrics):
+        bars.update(task, completed=step,
+                    info=f"{key} {metrics.get(key, float('nan')):.{digits}f}")
+    return tick
+
+
+def count_bar(bars, name: str, total: int, counted: tuple[str, ...] = ()):
+    """A bar for episodes: tick(kind, what) advances unless `counted` leaves `kind` out (the
+    pool and eval helpers also report image builds). bars None: no tick (None)."""
+    if bars is None:
+        return None
+    task = bars.add_task(name, total=total, info="")
+
+    def tick(kind, what=""):
+        if counted and kind not in counted:
+            return
+        bars.update(task, advance=1, info="" if what is None else str(what)[:40])
+    return tick

@@ -16,7 +16,8 @@ from pathlib import Path
 from absl import logging
 
 from t1jax.faults import kill_point, killing_progress
-from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
+from t1jax.jobs import UsageError, build
+from t1jax.jobs.progress import count_bar, metric_bar
 
 PHASES = ("pool", "oracle", "sft", "warmup", "ppo", "eval", "report")
 
@@ -129,78 +130,39 @@ class Recipe:
         self.config, self.workdir = config, workdir
         self.pool_dir = workdir / "pool"
         self.images: dict = {}
-        self._stack = None
-        self._validation: list | None = None
+        self._stack: build.TaskStack | None = None
+        self._splits: dict = {}
         self.bars = None  # job_progress() bars while run() is active
-
-    # -- progress bars -----------------------------------------------------------------------
-
-    def step_bar(self, name: str, total: int, key: str):
-        """A bar for a training stage: tick(step, metrics) shows `key`'s latest value."""
-        if self.bars is None:
-            return lambda step, metrics: None
-        task = self.bars.add_task(name, total=total, info="")
-
-        def tick(step, metrics):
-            self.bars.update(task, completed=step,
-                             info=f"{key} {metrics.get(key, float('nan')):.3f}")
-        return tick
-
-    def count_bar(self, name: str, total: int, counted: tuple[str, ...] = ()):
-        """A bar for episodes: tick(kind, what) advances unless `counted` leaves `kind` out
-        (the pool and eval helpers also report image builds)."""
-        if self.bars is None:
-            return None
-        task = self.bars.add_task(name, total=total, info="")
-
-        def tick(kind, what=""):
-            if counted and kind not in counted:
-                return
-            self.bars.update(task, advance=1, info="" if what is None else str(what)[:40])
-        return tick
 
     # -- shared pieces -----------------------------------------------------------------------
 
-    def stack(self):
-        """(train tasks, held-out tasks, backend, tokenizer, scale, limits), built once."""
+    def stack(self) -> build.TaskStack:
+        """The train split's task stack (its reward scale is the run's), built once."""
         if self._stack is None:
             from tokenizers import Tokenizer
-
-            from t1jax.tasks.pool import load_pool
-            from t1jax.verify.reward import pool_scale
-            c = self.config
-            train = load_pool(self.pool_dir / "train").tasks
-            heldout = load_pool(self.pool_dir / "heldout").tasks
-            backend = sandbox_backend(c.sandbox)
-            backend.reap()
             tok = Tokenizer.from_file(str(self.workdir / "tokenizer.json"))
-            scale = pool_scale(train, c.verifier.scale_quantile, c.verifier.global_scale)
-            limits = sandbox_limits(c.sandbox)
-            self._stack = (train, heldout, backend, tok, scale, limits)
+            self._stack = build.task_stack(self.config, self.split("train"), tok)
         return self._stack
 
     def trainer(self, stage: str):
+        """On the default platform's first devices, whatever platform config.mesh names."""
         import jax
-
-        from t1jax.model.config import model_config_from
-        from t1jax.rl.trainer import Trainer, sft_learning_rate
-        from t1jax.sharding import mesh_from_config
         c = self.config
-        n = c.mesh.data * c.mesh.fsdp * c.mesh.expert * c.mesh.tensor
-        mesh = mesh_from_config(c.mesh, jax.devices()[:n])
-        lr = sft_learning_rate(c.sft.lr, c.sft.lr_schedule, c.sft.steps) if stage == "sft" else None
-        return Trainer(model_config_from(c.model), c.rl, mesh, seed=c.seed, actor_lr=lr)
+        return build.trainer(c, build.mesh_from(c, jax.devices()),
+                             sft_steps=c.sft.steps if stage == "sft" else None)
 
     # -- phases ------------------------------------------------------------------------------
 
-    def validation(self) -> list:
-        """The validation split's tasks (settings are chosen on these; the held-out split is
-        the test split, evaluated only by the final evaluations): [] in a pool without one."""
-        if self._validation is None:
+    def split(self, name: str) -> list:
+        """The pool's tasks of split `name`: train, heldout (the test split, evaluated only by
+        the final evaluations) or validation (settings are chosen on it; [] in a pool without
+        one). Read once."""
+        if name not in self._splits:
             from t1jax.tasks.pool import load_pool
-            folder = self.pool_dir / "validation"
-            self._validation = load_pool(folder).tasks if folder.is_dir() else []
-        return self._validation
+            folder = self.pool_dir / name
+            self._splits[name] = ([] if name == "validation" and not folder.is_dir()
+                                  else load_pool(folder).tasks)
+        return self._splits[name]
 
     def eval_dir(self, label: str, split: str = "test") -> Path:
         root = self.workdir / "eval"
@@ -211,7 +173,7 @@ class Recipe:
         and PPO on the validation split (when the pool has one)."""
         labels = [("base", "test"), ("sft", "test"), ("ppo", "test")]
         return labels + ([("sft", "validation"), ("ppo", "validation")]
-                         if self.validation() else [])
+                         if self.split("validation") else [])
 
     def finished(self, phase: str) -> bool:
         if phase == "eval":
@@ -242,15 +204,16 @@ class Recipe:
         out = self.workdir / "oracle"
         if _done(out):
             return
-        train, heldout, backend, _, scale, limits = self.stack()
-        checked = (heldout + self.validation()
-                   + _per_category(train, self.config.oracle.train_per_family))
-        bar = killing_progress(
-            self.count_bar("oracle + do-nothing episodes", 2 * len(checked), ("episode",)),
-            "oracle", "episode", kind="episode")
-        summary = validate_pool(checked, backend, out_dir=out, progress=bar,
-                                concurrency=self.config.sandbox.concurrency, limits=limits,
-                                scale=scale, run_id=f"recipe-oracle-{self.workdir.name}")
+        stack = self.stack()
+        checked = (self.split("heldout") + self.split("validation")
+                   + _per_category(stack.tasks, self.config.oracle.train_per_family))
+        bar = killing_progress(count_bar(self.bars, "oracle + do-nothing episodes",
+                                         2 * len(checked), ("episode",)),
+                               "oracle", "episode", kind="episode")
+        summary = validate_pool(checked, stack.backend, out_dir=out, progress=bar,
+                                concurrency=self.config.sandbox.concurrency,
+                                limits=stack.limits, scale=stack.scale,
+                                run_id=f"recipe-oracle-{self.workdir.name}")
         # our own generator names its invariants: a goal assertion doing nothing passes is a
         # generator bug here, though only a leak in an outside pool
         if not summary["pool_healthy"] or summary["nothing_leaks"]:
@@ -259,24 +222,25 @@ class Recipe:
 
     def sft(self) -> None:
         from t1jax.rl import loop
-        from t1jax.rl.sft_data import dataset_complete, load_samples, save_dataset
         from t1jax.rollout.oracle_data import oracle_samples
+        from t1jax.rollout.sample import dataset_complete, load_samples, save_dataset
         from t1jax.tasks import families
         out = self.workdir / "sft"
         if _done(out):
             return
-        train, _, backend, tok, scale, limits = self.stack()
+        s = self.stack()
         data = out / "sft_data"
         if not dataset_complete(data):  # never a partial set a killed run left
             trainer_cfg = self.config.model
             samples, skipped = oracle_samples(
-                train, backend, tok, scale, num_layers=trainer_cfg.num_hidden_layers,
+                s.tasks, s.backend, s.tokenizer, s.scale,
+                num_layers=trainer_cfg.num_hidden_layers,
                 top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
-                limits=limits, max_len=self.config.rl.max_length, images=self.images,
+                limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
                 final_answer=families.FINAL_ANSWER,
                 system_prompt=self.config.agent.system_prompt,
-                progress=killing_progress(self.count_bar("SFT data: oracle episodes",
-                                                         len(train)), "sft_data", "episode"))
+                progress=killing_progress(count_bar(self.bars, "SFT data: oracle episodes",
+                                                    len(s.tasks)), "sft_data", "episode"))
             for task_id, why in skipped:
                 logging.warning("SFT data: skipped %s: %s", task_id, why)
             save_dataset(samples, data, skipped=len(skipped))
@@ -286,44 +250,41 @@ class Recipe:
                  loop.LoopOptions(steps=self.config.sft.steps, stage="sft",
                                   checkpoint_every=min(self.config.sft.checkpoint_every,
                                                        self.config.sft.steps)),
-                 progress=self.step_bar("SFT", self.config.sft.steps, "sft/nll"))
+                 progress=metric_bar(self.bars, "SFT", self.config.sft.steps, "sft/nll"))
         _mark(out)
 
     def _live(self, trainer, out: Path, stage: str):
-        from t1jax.jobs.train import live_source
-        train, _, backend, tok, scale, limits = self.stack()
-        return live_source(self.config, trainer, out, train, backend, tok, scale, limits,
-                           system_prompt=self.config.agent.system_prompt, stage=stage)
+        return build.live_rollouts(self.config, trainer, out, self.stack(),
+                                   system_prompt=self.config.agent.system_prompt, stage=stage)
 
     def warmup(self) -> None:
-        from t1jax.checkpoint import has_checkpoint
         from t1jax.rl import loop
         out = self.workdir / "warmup"
         if _done(out) or self.config.warmup.steps <= 0:
             return
         trainer = self.trainer("critic_warmup")
-        if not has_checkpoint(out / "checkpoints"):  # a killed first step: start over
-            loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
+        build.start_weights(trainer, out / "checkpoints",  # none after a killed first step
+                            actor=self.workdir / "sft" / "checkpoints")
         loop.run(trainer, self._live(trainer, out, "critic_warmup"), out,
                  loop.LoopOptions(steps=self.config.warmup.steps, stage="critic_warmup"),
-                 progress=self.step_bar("Critic Warm-Up", self.config.warmup.steps,
-                                   "critic/explained_variance"))
+                 progress=metric_bar(self.bars, "Critic Warm-Up", self.config.warmup.steps,
+                                     "critic/explained_variance"))
         _mark(out)
 
     def ppo(self) -> None:
-        from t1jax.checkpoint import finalized_steps, has_checkpoint
+        from t1jax.checkpoint import finalized_steps
         from t1jax.rl import loop
         out = self.workdir / "ppo"
         if _done(out):
             return
         trainer = self.trainer("ppo")
-        if not has_checkpoint(out / "checkpoints"):  # a killed first step: start over
-            loop.load_actor_only(trainer, self.workdir / "sft" / "checkpoints")
-            if self.config.warmup.steps > 0:
-                loop.load_critic_only(trainer, self.workdir / "warmup" / "checkpoints")
-        bar = self.step_bar("PPO", self.config.ppo.steps, "reward/mean")
+        build.start_weights(trainer, out / "checkpoints",  # none after a killed first step
+                            actor=self.workdir / "sft" / "checkpoints",
+                            critic=(self.workdir / "warmup" / "checkpoints"
+                                    if self.config.warmup.steps > 0 else ""))
+        bar = metric_bar(self.bars, "PPO", self.config.ppo.steps, "reward/mean")
         every = self.config.eval.every
-        if every and not self.validation():
+        if every and not self.split("validation"):
             logging.warning("no validation split in %s: no periodic evaluation during PPO (the "
                             "test split is only for the final evaluations)", self.pool_dir)
             every = 0
@@ -335,8 +296,8 @@ class Recipe:
         if resumed and due(resumed[-1]):
             # killed while evaluating its newest checkpoint: the resumed loop starts after that
             # step and would never evaluate it, so the report would silently lack the row
-            self.evaluate(f"step_{resumed[-1]:04d}", self._restored_actor(out / "checkpoints"),
-                          split="validation")
+            self.evaluate(f"step_{resumed[-1]:04d}", build.restored_actor(
+                build.policy(self.config), out / "checkpoints"), split="validation")
 
         def tick(step, metrics):
             bar(step, metrics)
@@ -360,14 +321,15 @@ class Recipe:
         out = self.eval_dir(label, split)
         if (out / "summary.json").is_file():
             return json.loads((out / "summary.json").read_text())
-        _, heldout, backend, tok, scale, limits = self.stack()
-        tasks = heldout if split == "test" else self.validation()
+        s = self.stack()
+        tasks = self.split("heldout") if split == "test" else self.split("validation")
         name = label if split == "test" else f"{split}_{label}"
         c = self.config
         engine = embedded_engine(policy, max_batch=c.rollouts.engine_batch,
                                  max_len=c.rl.max_length)
-        return evaluate(tasks, engine, tok, backend, label=label, attempts=c.eval.attempts,
-                        harness="tools", limits=limits, scale=scale, out_dir=out,
+        return evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
+                        attempts=c.eval.attempts, harness="tools", limits=s.limits,
+                        scale=s.scale, out_dir=out,
                         sampling=SamplingParams(temperature=c.eval.temperature,
                                                 max_new_tokens=c.rollouts.max_new_tokens),
                         concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
@@ -377,41 +339,24 @@ class Recipe:
                             c.rollouts, policy.model.cfg.max_position_embeddings,
                             c.rl.max_length),
                         progress=killing_progress(
-                            self.count_bar(f"eval {name}: trials",
-                                           len(tasks) * c.eval.attempts, ("trial",)),
+                            count_bar(self.bars, f"eval {name}: trials",
+                                      len(tasks) * c.eval.attempts, ("trial",)),
                             f"eval_{name}", "trial", kind="trial"))
 
-    def _restored_actor(self, checkpoints: Path):
-        """The CausalLM with the actor of the newest finished step in `checkpoints`."""
-        from flax import nnx
-
-        from t1jax.checkpoint import Checkpointer, abstract_like
-        from t1jax.model.config import model_config_from
-        from t1jax.model.transformer import CausalLM
-        model = CausalLM(model_config_from(self.config.model), nnx.Rngs(self.config.seed))
-        graphdef, params = nnx.split(model, nnx.Param)
-        with Checkpointer(checkpoints, async_save=False) as source:
-            actor = source.restore_items({"actor": abstract_like(params)})["actor"]
-        return nnx.merge(graphdef, actor)
-
     def final_evals(self) -> None:
-        from flax import nnx
-
         from t1jax.checkpoint import has_checkpoint
-        from t1jax.model.config import model_config_from
-        from t1jax.model.transformer import CausalLM
         for label, split in self.final_labels():
             if (self.eval_dir(label, split) / "summary.json").is_file():
                 continue  # kept: no need to read the checkpoint
             if label == "base":
-                self.evaluate("base", CausalLM(model_config_from(self.config.model),
-                                               nnx.Rngs(self.config.seed)))
+                self.evaluate("base", build.policy(self.config))
                 continue
             ckpt = self.workdir / label / "checkpoints"
             if not has_checkpoint(ckpt):
                 logging.warning("eval: no %s row: %s holds no finished checkpoint", label, ckpt)
                 continue
-            self.evaluate(label, self._restored_actor(ckpt), split=split)
+            self.evaluate(label, build.restored_actor(build.policy(self.config), ckpt),
+                          split=split)
 
 
 def run(config, workdir: Path) -> int:
@@ -423,13 +368,7 @@ def run(config, workdir: Path) -> int:
     if unknown:
         raise UsageError(f"config.phases names unknown phases {unknown}; known: {PHASES}")
     if "ppo" in wanted:  # before hours of SFT and Warm-Up, not when PPO starts
-        from t1jax.rl.loop import check_off_policy_correction
-        from t1jax.rl.trainer import Settings
-        try:
-            check_off_policy_correction(Settings.from_config(config.rl), config.schedule,
-                                        config.rollouts.carry_over)
-        except ValueError as err:
-            raise UsageError(str(err)) from err
+        build.check_off_policy(config, config.rollouts.carry_over)
     recipe = Recipe(config, workdir)
     if config.reuse:
         workdir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError, sandbox_backend, sandbox_limits
+from t1jax.jobs import UsageError, build
 
 
 def _select(config):
@@ -52,15 +52,6 @@ def _operators(config):
     return names, llm
 
 
-def _reap(backend, run_id: str | None = None) -> int:
-    """Best effort: another run's container may vanish while the reaper lists them."""
-    try:
-        return backend.reap(run_id)
-    except Exception as err:  # noqa: BLE001 - cleanup must not mask the run's outcome
-        logging.warning("could not reap sandboxes%s: %s", f" of {run_id}" if run_id else "", err)
-        return 0
-
-
 def run(config, workdir: Path) -> int:
     from t1jax.jobs.progress import job_progress
 
@@ -70,12 +61,12 @@ def run(config, workdir: Path) -> int:
         raise UsageError("--config.rounds and --config.per_round_limit must be >= 1")
     tasks = _select(config)
     names, llm = _operators(config)
-    backend = sandbox_backend(config.sandbox)
+    backend = build.sandbox_backend(config.sandbox)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    reaped = _reap(backend)
+    reaped = build.reap_best_effort(backend)
     if reaped:
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
-    limits = sandbox_limits(config.sandbox)
+    limits = build.sandbox_limits(config.sandbox)
     with job_progress(info=False) as progress:
         bar = {}
 
@@ -98,7 +89,7 @@ def run(config, workdir: Path) -> int:
                                 limits=limits, verifier_mode=config.verifier.mode,
                                 run_id=run_id, allow_network=config.sandbox.allow_network)
         finally:
-            _reap(backend, run_id)  # whatever an interrupt left running
+            build.reap_best_effort(backend, run_id)  # whatever an interrupt left running
     print((workdir / "summary.md").read_text())
     print(f"wrote {len(report.accepted)} new task(s) under {workdir}/round-*/, "
           f"{workdir / 'summary.md'} and {workdir / 'lineage.jsonl'}")

@@ -25,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 from t1jax.model.config import ModelConfig
-from t1jax.model.transformer import stored_at
+from t1jax.model.layer_stack import stored_at
 
 
 def _linear_map(cfg: ModelConfig, i: int) -> dict:

@@ -19,7 +19,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from t1jax.rollout.evaluate import failure_mode, mask_runs, sample_name, segments
+from t1jax.rollout.eval_summary import failure_mode
+from t1jax.rollout.evaluate import mask_runs, sample_name, segments
 from t1jax.rollout.chat import IM_END
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.tito import assistant_header_ids

@@ -4,9 +4,10 @@ Two schedules, as in the T1 report:
   sync          collect(t) with weights w_t -> train(t) -> publish w_{t+1}
   one_step_off  collect(t+1) runs in a thread while train(t) runs, so step t+1's rollouts come
                 from w_t (one step stale); publish w_{t+1} once both are done.
-A rollout source is either live (agent episodes in sandboxes through an engine; every step's
-samples are also written to the workdir) or recorded (a directory of such steps, replayed: the
-exact-resume tests and offline ablations use it).
+A rollout source (RolloutSource) is live (agent episodes in sandboxes through an engine,
+t1jax.rollout.source.LiveRollouts; every step's samples are also written to the workdir),
+recorded (a directory of such steps, replayed: the exact-resume tests and offline ablations use
+it) or a fixed dataset (SFT).
 
 Resume: the checkpoint holds the train state, the step, the rollout source's position (task
 sampler epoch and offset) and the config; a restarted run continues from the last finished
@@ -18,9 +19,9 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
-import math
 import time
 from pathlib import Path
+from typing import Protocol
 
 import jax
 from absl import logging
@@ -29,14 +30,41 @@ from t1jax.checkpoint import Checkpointer, abstract_like
 from t1jax.faults import kill_point
 from t1jax.metrics_log import MetricWriter
 from t1jax.rl import critic as critic_lib
-from t1jax.rl import metrics as metrics_lib
-from t1jax.rl.sft_data import load_samples, save_dataset
+from t1jax.rollout.sample import Sample, load_samples
 
 STATE_ITEMS = ("step", "actor", "critic", "actor_opt", "critic_opt", "reference")
 
 
+class RolloutSource(Protocol):
+    """What the loop needs of a rollout source. Training sees rollouts only as Samples: a source
+    that runs trials (t1jax.rollout.source.LiveRollouts) lives on the rollout side, and the
+    loop never learns how a step's samples were made."""
+
+    # trials may cross step boundaries, so older weights sampled part of a step (PPO refuses to
+    # run without an off-policy correction then)
+    carry_over: bool
+    # the last collect's metrics for its step's row (rollout/*, staleness/*; staleness/* is
+    # dropped outside PPO, where the policy never moves)
+    last_metrics: dict
+
+    def collect(self, step: int) -> list[Sample]:
+        """Step `step`'s samples (the loop may call it from a thread while a step trains)."""
+
+    def publish(self, trainer, version: str) -> None:
+        """Hand the trainer's current policy, weight version `version`, to whatever samples."""
+
+    def state_dict(self) -> dict:
+        """The position a resumed run continues from (saved in the step's checkpoint)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a state_dict() ({} for a checkpoint that holds none)."""
+
+
 class RecordedRollouts:
     """Replays `directory/step_00000/*.npz`, ... (what LiveRollouts writes)."""
+
+    carry_over = False
+    last_metrics: dict = {}
 
     def __init__(self, directory):
         self.directory = Path(directory)
@@ -60,72 +88,6 @@ class RecordedRollouts:
 
     def load_state_dict(self, state: dict) -> None:
         pass
-
-
-class LiveRollouts:
-    """Agent episodes for real: tasks drawn by the epoch sampler, run by the rollout scheduler
-    (oversampling, carry-over), through an engine that gets each new policy published."""
-
-    def __init__(self, scheduler, tasks: list, sampler, engine, *, batch_size: int,
-                 oversample: float = 1.5, carry_over: bool = True, record_dir=None,
-                 publish=None, group_size: int = 1):
-        """group_size: trials of each drawn task per step (T1: 1); with more, a step holds
-        batch_size / group_size tasks, and rl.baseline='task' compares each trial with its
-        task's others."""
-        if group_size < 1:
-            raise ValueError(f"rollouts.group_size must be >= 1, got {group_size}")
-        self.scheduler, self.tasks, self.sampler, self.engine = scheduler, tasks, sampler, engine
-        self.group_size = group_size
-        self.batch_size, self.oversample, self.carry_over = batch_size, oversample, carry_over
-        self.record_dir = Path(record_dir) if record_dir else None
-        self._publish = publish
-        self._carried: list = []
-        self._next_attempt = 0  # unique per trial of the run: (task, attempt) names a sample
-        self.last_result = None
-        # of the last collect: trials that raised (engine, sandbox or verifier outage; dropped)
-        # and how stale the admitted ones were
-        self.last_metrics: dict = {}
-
-    def collect(self, step: int):
-        from t1jax.rollout.scheduler import TrialRequest
-        want = max(0, math.ceil(self.batch_size * self.oversample) - len(self._carried))
-        fresh = []
-        for i in self.sampler.take(math.ceil(want / self.group_size)):
-            for _ in range(self.group_size):
-                if len(fresh) < want:
-                    fresh.append(TrialRequest(self.tasks[i].task_id, attempt=self._next_attempt))
-                    self._next_attempt += 1
-        requests = self._carried + fresh
-        result = self.scheduler.collect(requests, self.batch_size, oversample=self.oversample,
-                                        carry_over=self.carry_over)
-        self._carried = result.carried
-        self.last_result = result
-        self.last_metrics = {"rollout/infra_failures": len(result.failed),
-                             **metrics_lib.staleness(result.samples, step)}
-        for failed in result.failed:
-            logging.warning("trial failed (dropped, not trained): %s", failed.error)
-        if not result.samples:
-            raise RuntimeError(f"step {step}: no trial finished ({len(result.failed)} failed); "
-                               "see the warnings above")
-        if self.record_dir is not None:
-            # the whole step's folder: a rerun of a killed step leaves none of its trials
-            save_dataset(result.samples, self.record_dir / f"step_{step:05d}")
-        return result.samples
-
-    def publish(self, trainer, version: str) -> None:
-        if self._publish is not None:
-            self._publish(trainer, version)
-        else:  # an in-process engine: hand it the parameters directly
-            self.engine.load_weights(trainer.actor_params(), version)
-
-    def state_dict(self) -> dict:
-        """Carried (unfinished) trials are not part of it: a resumed run starts them afresh."""
-        return {"sampler": self.sampler.state_dict(), "next_attempt": self._next_attempt}
-
-    def load_state_dict(self, state: dict) -> None:
-        if "sampler" in state:
-            self.sampler.load_state_dict(state["sampler"])
-        self._next_attempt = int(state.get("next_attempt", 0))
 
 
 @dataclasses.dataclass
@@ -220,8 +182,8 @@ def _start_from(trainer, actor) -> None:
     trainer.state = dataclasses.replace(trainer.state, **updates)
 
 
-def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{}",
-        progress=None) -> list[dict]:
+def run(trainer, source: RolloutSource, workdir, options: LoopOptions, *,
+        config_json: str = "{}", progress=None) -> list[dict]:
     """Train `options.steps` steps (counting from a resumed checkpoint); returns the metrics
     of the steps run in this call. progress(step, metrics) is called after each step."""
     workdir = Path(workdir)
@@ -230,8 +192,7 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                "sft": trainer.sft_step}[options.stage]
     publishes = options.stage == "ppo"
     if publishes:
-        check_off_policy_correction(trainer.s, options.schedule,
-                                    bool(getattr(source, "carry_over", False)))
+        check_off_policy_correction(trainer.s, options.schedule, bool(source.carry_over))
     history = []
     with Checkpointer(ckpt_dir, keep=options.keep_checkpoints,
                       async_save=options.async_checkpoints) as checkpointer:
@@ -255,7 +216,7 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
                 rollout_wait = time.perf_counter() - t0
                 # read before the next collect overwrites it; Warm-Up's policy never moves, so
                 # its trials have no staleness to report
-                source_metrics = {k: v for k, v in getattr(source, "last_metrics", {}).items()
+                source_metrics = {k: v for k, v in source.last_metrics.items()
                                   if publishes or not k.startswith("staleness/")}
                 kill_point(options.stage, step + 1, "collected")
                 # what a resume after this step must restart from: before any prefetch
@@ -294,6 +255,9 @@ def run(trainer, source, workdir, options: LoopOptions, *, config_json: str = "{
 class DatasetBatches:
     """A fixed dataset (SFT), served `batch_size` samples per step in a seeded permutation
     per epoch; its position is a function of the step, so resuming needs no state."""
+
+    carry_over = False
+    last_metrics: dict = {}
 
     def __init__(self, samples, batch_size: int, seed: int = 0):
         if not samples:

@@ -131,17 +131,3 @@ def sample_stats(samples) -> dict:
         "rollout/logprobs_full_vocab": float(full_vocab), **by_family(samples),
     }
 
-
-def staleness(samples, version: int) -> dict:
-    """How far behind the policy being trained (`version`, the loop's step) the trials' turns
-    were sampled: one step under one-step-off, more for carried-over trials. Per turn (each
-    generate call records its weight version); versions that are not step numbers (a recording
-    made elsewhere) are left out. Kept apart from mismatch/*, which compares equal weights."""
-    lags = [version - int(v) for s in samples for v in s.metadata.get("weight_versions") or []
-            if str(v).lstrip("-").isdigit()]
-    if not lags:
-        return {}
-    lags = np.array(lags)
-    return {"staleness/version_lag_mean": float(lags.mean()),
-            "staleness/version_lag_max": int(lags.max()),
-            "staleness/stale_turn_frac": float(np.mean(lags > 0))}

@@ -7,6 +7,11 @@ One PPO step, as T1 runs it:
   3. the critic trains first, then the actor (PPO clip, optional TIS, KL, entropy, aux terms).
 Critic Warm-Up runs steps 1-3 for the critic alone; SFT trains the actor on masked tokens.
 Every step is jitted with explicit in/out shardings over the mesh and donates the state.
+
+One module at ~460 lines: Settings, TrainState and the pure step functions below are one unit,
+each step compiled by Trainer for one Settings value and one state layout; moving the steps out
+would need a third module for the two types they read. The minibatch cut and the update scan,
+which need neither, are t1jax/rl/minibatch.py.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from t1jax.rl import critic as critic_lib
 from t1jax.rl import metrics as metrics_lib
 from t1jax.rl import ppo
 from t1jax.rl.batch import BASELINES, REWARDS, Batch, batch_shardings, pack, shard_batch
+from t1jax.rl.minibatch import per_minibatch, train_minibatches
 from t1jax.rl.token_stats import token_stats
 from t1jax.rollout.sample import bucket_lengths
 
@@ -158,59 +164,6 @@ def token_logprobs(logits, tokens, temperature: float):
     """log p(token t) from the logits at t-1, [B, L] (0 at t=0)."""
     lp = log_probs(logits[:, :-1], tokens[:, 1:], temperature)
     return jnp.pad(lp, ((0, 0), (1, 0)))
-
-
-def _split(x, n: int):
-    """[B, ...] -> [n, B / n, ...], minibatch i = rows i, i + n, i + 2n, ...: rows are placed in
-    contiguous blocks per device, so every minibatch keeps rows on every device (a contiguous
-    split would put each minibatch on 1/n of the devices)."""
-    return x.reshape((x.shape[0] // n, n) + x.shape[1:]).swapaxes(0, 1)
-
-
-def _unsplit(x):
-    return x.swapaxes(0, 1).reshape((-1,) + x.shape[2:])
-
-
-def _minibatches(tree, n: int, epochs: int):
-    """[B, ...] leaves -> [epochs * n, B / n, ...] (same order each epoch)."""
-    def split(x):
-        x = _split(x, n)
-        return jnp.concatenate([x] * epochs, axis=0) if epochs > 1 else x
-    return jax.tree.map(split, tree)
-
-
-def per_minibatch(fn, params, tree, n: int):
-    """fn(params, minibatch) over the batch one minibatch at a time, results reassembled to
-    [B, ...]: the pre-update forwards then hold one minibatch's activations, as the updates
-    do. (params ride in the scan's carry: nnx state must not be closed over across traces.)"""
-    if n == 1:
-        return fn(params, tree)
-    _, out = jax.lax.scan(lambda p, b: (p, fn(p, b)), params,
-                          jax.tree.map(lambda x: _split(x, n), tree))
-    return jax.tree.map(_unsplit, out)
-
-
-AFTER_FIRST = ("actor/clip_frac", "actor/approx_kl")  # also averaged over updates 2..n
-
-
-def _train(loss_fn, params, opt_state, tx, data, s: Settings):
-    """Minibatch updates of one model (lax.scan); returns params, opt state, mean metrics."""
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-    def update(carry, mb):
-        params, opt_state = carry
-        (_, aux), grads = grad_fn(params, *mb)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        aux = dict(aux, grad_norm=optax.tree.norm(grads))
-        return (optax.apply_updates(params, updates), opt_state), aux
-
-    (params, opt_state), aux = jax.lax.scan(update, (params, opt_state),
-                                            _minibatches(data, s.minibatches, s.epochs))
-    means = jax.tree.map(jnp.mean, aux)
-    if s.minibatches * s.epochs > 1:  # the first update's ratio is 1 by construction
-        means.update({f"{k}_after_first": jnp.mean(aux[k][1:]) for k in AFTER_FIRST
-                      if k in aux})
-    return params, opt_state, means
 
 
 def init_train_state(actor_tx, critic_tx, s: Settings, actor, critic) -> TrainState:
@@ -359,9 +312,9 @@ def _critic_phase(critic_def, critic_tx, s: Settings, state: TrainState, batch: 
         s.minibatches))
     advantages, returns = ppo.gae(rewards, old_values, mask, batch.trial_ids, s.gamma, s.lam,
                                    batch.continues_at)
-    critic, critic_opt, m = _train(critic_lib.critic_loss(critic_def, s.value_clip),
-                                   state.critic, state.critic_opt, critic_tx,
-                                   (batch, old_values, returns), s)
+    critic, critic_opt, m = train_minibatches(
+        critic_lib.critic_loss(critic_def, s.value_clip), state.critic, state.critic_opt,
+        critic_tx, (batch, old_values, returns), s.minibatches, s.epochs)
     m = {k if k.startswith("critic/") else f"critic/{k}": v for k, v in m.items()}
     m["critic/explained_variance"] = ppo.explained_variance(old_values, returns, mask)
     m["critic/returns_mean"] = ppo.masked_mean(returns, mask)
@@ -424,8 +377,9 @@ def actor_update(actor_def, actor_tx, s: Settings, actor, actor_opt, batch: Batc
             loss = loss + s.load_balancing_coef * out.aux_loss
         return loss, aux
 
-    actor, actor_opt, m = _train(actor_loss, actor, actor_opt, actor_tx,
-                                 (batch, old_logp, advantages, tis, ref_logp), s)
+    actor, actor_opt, m = train_minibatches(actor_loss, actor, actor_opt, actor_tx,
+                                            (batch, old_logp, advantages, tis, ref_logp),
+                                            s.minibatches, s.epochs)
     return actor, actor_opt, {k if k.startswith("actor/") else f"actor/{k}": v
                               for k, v in m.items()}
 
@@ -433,7 +387,7 @@ def actor_update(actor_def, actor_tx, s: Settings, actor, actor_opt, batch: Batc
 def actor_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch, advantages):
     """The actor's half of `ppo_step` given the advantages: its pre-update forward and its
     update (TIS and KL off). A PPO step runs the critic's half (`critic_step`'s work) in
-    between; the ahead-of-time checks (t1jax/aot.py) compile the two halves apart, so each
+    between; the ahead-of-time checks (t1jax/jobs/aot.py) compile the two halves apart, so each
     program stays small enough to compile on a laptop-sized host."""
     old_logp, _ = per_minibatch(functools.partial(_pre_update, actor_def, s), state.actor,
                                 batch, s.minibatches)
@@ -506,6 +460,7 @@ def sft_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch):
                      "sft/token_accuracy": ppo.masked_mean(stats["correct"][:, 1:],
                                                            batch.loss_mask[:, 1:])}
 
-    actor, actor_opt, m = _train(loss, state.actor, state.actor_opt, actor_tx, (batch,), s)
+    actor, actor_opt, m = train_minibatches(loss, state.actor, state.actor_opt, actor_tx,
+                                            (batch,), s.minibatches, s.epochs)
     m = {k if k.startswith("sft/") else f"sft/{k}": v for k, v in m.items()}
     return dataclasses.replace(state, step=state.step + 1, actor=actor, actor_opt=actor_opt), m

@@ -16,11 +16,13 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from t1jax.rollout import context as ctx
-from t1jax.rollout.chat import EOT, IM_END, parse_tool_calls, render_prefix
+from t1jax.rollout.chat import parse_tool_calls, render_prefix
 from t1jax.rollout.engine import FINISH_LENGTH, Engine, GenerateResult, SamplingParams
+from t1jax.rollout.harness import (Reply, RolloutError, RouteRecord, Trajectory, TurnRecord,
+                                   run_turns, stop_ids, truncate_middle)
 from t1jax.rollout.retokenize import TextRoundTrip
 from t1jax.rollout.tito import AuditReport, TrajectoryBuilder, audit, encode_observation
-from t1jax.sandbox.base import Limits, SandboxLimitExceeded
+from t1jax.sandbox.base import Limits
 
 SYSTEM_PROMPT = (
     "You are an agent that solves tasks in a Linux terminal. You have one tool, `bash`: each "
@@ -28,65 +30,6 @@ SYSTEM_PROMPT = (
     "/app) and returns its output and exit code. Call it as often as you need. When the task is "
     "complete, reply without any tool call."
 )
-# sandbox_limit: a budget enforced outside the sandbox ran out (storage quota, episode output)
-FINISHES = ("done", "turns", "tokens", "timeout", "context", "sandbox_limit")
-
-
-class RolloutError(RuntimeError):
-    """This rollout cannot be trusted (bad routes, drifted tokens): abort it, do not train on it."""
-
-
-@dataclasses.dataclass
-class CommandRecord:
-    command: str
-    exit_code: int | None
-    timed_out: bool
-    truncated: bool  # the observation was cut (by the sandbox or by us)
-    duration_s: float
-
-
-@dataclasses.dataclass
-class TurnRecord:
-    sampled: int  # ids the engine sampled this turn
-    finish_reason: str  # the engine's ("stop" | "length")
-    commands: list[CommandRecord]
-    errors: list[str]  # malformed tool calls, answered with an error observation
-    # keyword-only, so subclasses' positional fields (TerminusTurnRecord.repair) keep their place
-    summary: bool = dataclasses.field(default=False, kw_only=True)  # a summary request's reply
-    limit: str = dataclasses.field(default="", kw_only=True)  # the sandbox budget that ran out
-    chunk: int = dataclasses.field(default=0, kw_only=True)  # the trial's chunk the turn is in
-
-
-@dataclasses.dataclass
-class Trajectory:
-    tokens: list[int]
-    loss_mask: list[int]  # 1 exactly on sampled ids (tito=False: on re-encoded assistant text)
-    logprobs: list[float]  # sampling log-probs on sampled ids, 0 elsewhere
-    routes: np.ndarray  # int32 [len(tokens), layers, k]; -1 where the model never ran
-    prompt_len: int
-    turns: int
-    tool_calls: int
-    finish: str  # one of FINISHES
-    records: list[TurnRecord]
-    audit: AuditReport  # empty with tito=False, where the audit fails by design
-    weight_versions: list[str]  # one per generate call
-    route_drift: int  # positions whose routes differed when a later call recomputed them
-    retokenized_drift: int = 0  # tito=False: loss-region ids that are not the sampled ones
-    chunk_starts: list[int] = dataclasses.field(default_factory=lambda: [0],
-                                                kw_only=True)  # see context.py
-    compactions: int = dataclasses.field(default=0, kw_only=True)  # each starts a chunk
-
-
-def truncate_middle(text: str, max_bytes: int) -> tuple[str, bool]:
-    """Keep the head and tail of text within max_bytes (UTF-8), marking the cut."""
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= max_bytes:
-        return text, False
-    marker = f"\n[... {len(data) - max_bytes} bytes omitted ...]\n"
-    keep = max(max_bytes - len(marker), 0)
-    head, tail = data[:keep // 2], data[len(data) - (keep - keep // 2):]
-    return (head.decode("utf-8", errors="ignore") + marker
-            + tail.decode("utf-8", errors="ignore")), True
 
 
 def format_observation(result, max_bytes: int) -> tuple[str, bool]:
@@ -99,45 +42,6 @@ def format_observation(result, max_bytes: int) -> tuple[str, bool]:
         status = f"[exit code: {result.exit_code}]"
     out, cut = truncate_middle(result.output, max_bytes)
     return f"{out.rstrip(chr(10))}\n{status}" if out else status, cut or result.truncated
-
-
-class RouteRecord:
-    """Stitches each generate call's routes into one record; a position keeps the routes of the
-    call that first ran it (what a prefix-caching engine reuses)."""
-
-    def __init__(self):
-        self.rows: np.ndarray | None = None
-        self.drift = 0
-
-    def add(self, prompt_len: int, res: GenerateResult) -> None:
-        r = np.asarray(res.routed_experts)
-        want = prompt_len + len(res.output_ids) - 1
-        shape_ok = r.ndim == 3 and r.shape[0] == want and (
-            self.rows is None or r.shape[1:] == self.rows.shape[1:])
-        if not shape_ok:
-            have = None if self.rows is None else self.rows.shape[1:]
-            raise RolloutError(f"routed_experts has shape {r.shape}; expected ({want}, layers, k)"
-                               f" with (layers, k) = {have or 'any'}")
-        r = r.astype(np.int32)
-        if self.rows is None:
-            self.rows = r
-            return
-        n = min(len(self.rows), want)
-        self.drift += int(np.any(self.rows[:n] != r[:n], axis=(1, 2)).sum())
-        self.rows = np.concatenate([self.rows, r[len(self.rows):]], axis=0)
-
-    def final(self, length: int) -> np.ndarray:
-        if self.rows is None:
-            raise RolloutError("no generate call returned routes")
-        out = np.full((length,) + self.rows.shape[1:], -1, np.int32)
-        out[:min(len(self.rows), length)] = self.rows[:length]
-        return out
-
-
-def stop_ids(tok: Tokenizer, sampling: SamplingParams) -> tuple[int, ...]:
-    """The ids that end a turn: the sampling's own plus the template's end-of-turn markers."""
-    extra = [i for i in (tok.token_to_id(IM_END), tok.token_to_id(EOT)) if i is not None]
-    return tuple(dict.fromkeys(list(sampling.stop_token_ids) + extra))
 
 
 class _Chunk:
@@ -175,39 +79,6 @@ class _Chunk:
         self.route_drift = self.routes.drift
         del self.builder, self.prompts, self.routes
         return self
-
-
-def exec_within_limits(sandbox, cmd: str, timeout: float, record: TurnRecord):
-    """Run one command; None when a budget the sandbox enforces ran out (the episode ends,
-    and record.limit says why)."""
-    t0 = time.monotonic()
-    try:
-        return sandbox.exec(cmd, timeout=timeout)
-    except SandboxLimitExceeded as err:
-        record.commands.append(CommandRecord(cmd, None, False, False, time.monotonic() - t0))
-        record.limit = str(err)
-        return None
-
-
-def run_commands(sandbox, commands, record: TurnRecord, *, deadline: float,
-                 command_timeout_s: float, render) -> list[str]:
-    """A turn's commands, run in order until the episode's deadline or a sandbox limit stops
-    them (both agent loops run their commands here). Each result is shown to the model as
-    `render(cmd, result)` -> (text, cut) and recorded on `record`; returns the texts."""
-    outputs = []
-    for cmd in commands:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        t0 = time.monotonic()
-        result = exec_within_limits(sandbox, cmd, min(command_timeout_s, left), record)
-        if result is None:
-            break
-        text, cut = render(cmd, result)
-        outputs.append(text)
-        record.commands.append(CommandRecord(cmd, result.exit_code, result.timed_out, cut,
-                                             time.monotonic() - t0))
-    return outputs
 
 
 class _Trial:
@@ -314,6 +185,53 @@ class _Compactor:
         return True
 
 
+class _ToolsHarness:
+    """The tools agent's side of the shared loop (harness.run_turns): prompts are the trial's
+    ids (TITO), replies are parsed for tool calls, outputs are shown with their exit codes."""
+
+    def __init__(self, trial: _Trial, compactor: _Compactor | None, engine: Engine,
+                 tokenizer: Tokenizer, *, budget: int, max_new_tokens: int, tool_format: str,
+                 max_observation_bytes: int):
+        self.trial, self.compactor, self.engine, self.tok = trial, compactor, engine, tokenizer
+        self.budget, self.max_new, self.tool_format = budget, max_new_tokens, tool_format
+        self.max_observation_bytes = max_observation_bytes
+        self.records: list[TurnRecord] = []
+        self.versions: list[str] = []
+        self.reply_at = 0  # where the last reply starts in its chunk
+
+    def prepare(self) -> int | str:
+        trial = self.trial
+        prompt_len = len(trial.chunk.builder.prompt_for_next_turn())
+        room = min(self.budget - prompt_len, trial.max_tokens - trial.spent() - prompt_len)
+        return "tokens" if room < 1 else min(self.max_new, room)
+
+    def generate(self, engine: Engine, params: SamplingParams) -> GenerateResult:
+        self.reply_at = len(self.trial.chunk.builder.tokens)
+        return self.trial.chunk.generate(engine, params, self.trial.tito)
+
+    def read(self, res: GenerateResult) -> Reply:
+        text = self.tok.decode(res.output_ids, skip_special_tokens=False)
+        commands, errors = parse_tool_calls(text, self.tool_format)
+        if not commands and not errors and res.finish_reason == FINISH_LENGTH:
+            # A reply cut by max_new_tokens is not a final answer: say so and go on.
+            errors.append(f"your reply was cut off after {len(res.output_ids)} tokens, before "
+                          "a tool call or a final answer")
+        record = TurnRecord(len(res.output_ids), res.finish_reason, [], errors,
+                            chunk=len(self.trial.closed))
+        return Reply(record, commands, done=not commands and not errors)
+
+    def render(self, command: str, result) -> tuple[str, bool]:
+        return format_observation(result, self.max_observation_bytes)
+
+    def observe(self, reply: Reply, outputs: list[str]) -> bool:
+        observations = outputs + [f"Error: {e}" for e in reply.record.errors]
+        if self.compactor is None:
+            self.trial.chunk.builder.add_observation(observations)
+            return True
+        return self.compactor.after_turn(self.trial, self.engine, self.reply_at, observations,
+                                         self.records, self.versions)
+
+
 def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       sampling: SamplingParams, max_turns: int = 300,
                       max_tokens: int | None = None, timeout_s: float | None = None,
@@ -350,54 +268,13 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
     compactor = None if context is None else _Compactor(
         tokenizer, system_prompt, task.instruction, context, sampling, stops, len(prefix), budget,
         tool_format)
-    records, versions = [], []
-    finish, n_calls = "turns", 0
-
-    for turn in range(max_turns):
-        chunk = trial.chunk
-        prompt_len = len(chunk.builder.prompt_for_next_turn())
-        room = min(budget - prompt_len, max_tokens - trial.spent() - prompt_len)
-        if room < 1:
-            finish = "tokens"
-            break
-        if records and time.monotonic() >= deadline:  # the first turn always runs
-            finish = "timeout"
-            break
-        params = dataclasses.replace(sampling, stop_token_ids=stops,
-                                     max_new_tokens=min(sampling.max_new_tokens, room))
-        reply_at = len(chunk.builder.tokens)
-        res = chunk.generate(engine, params, tito)
-        versions.append(res.weight_version)
-        text = tokenizer.decode(res.output_ids, skip_special_tokens=False)
-        commands, errors = parse_tool_calls(text, tool_format)
-        if not commands and not errors and res.finish_reason == FINISH_LENGTH:
-            # A reply cut by max_new_tokens is not a final answer: say so and go on.
-            errors.append(f"your reply was cut off after {len(res.output_ids)} tokens, before "
-                          "a tool call or a final answer")
-        record = TurnRecord(len(res.output_ids), res.finish_reason, [], errors,
-                            chunk=len(trial.closed))
-        records.append(record)
-        if not commands and not errors:
-            finish = "done"
-            break
-        observations = run_commands(
-            sandbox, commands, record, deadline=deadline, command_timeout_s=command_timeout_s,
-            render=lambda cmd, result: format_observation(result, max_observation_bytes))
-        n_calls += len(observations)
-        observations += [f"Error: {e}" for e in errors]
-        if record.limit:
-            finish = "sandbox_limit"
-            break
-        if time.monotonic() >= deadline:
-            finish = "timeout"
-            break
-        if turn + 1 >= max_turns:  # only glue that a later turn will read
-            break
-        if compactor is None:
-            chunk.builder.add_observation(observations)
-        elif not compactor.after_turn(trial, engine, reply_at, observations, records, versions):
-            finish = "context"  # the next turn would not fit, and compaction cannot help
-            break
+    harness = _ToolsHarness(trial, compactor, engine, tokenizer, budget=budget,
+                            max_new_tokens=sampling.max_new_tokens, tool_format=tool_format,
+                            max_observation_bytes=max_observation_bytes)
+    finish, n_calls = run_turns(harness, engine, sandbox, sampling=sampling, stops=stops,
+                                max_turns=max_turns, deadline=deadline,
+                                command_timeout_s=command_timeout_s)
+    records, versions = harness.records, harness.versions
     chunk, closed = trial.chunk, trial.closed
     if tito:
         closed.append(chunk.close(len(closed)))

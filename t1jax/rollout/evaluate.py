@@ -16,178 +16,33 @@ Used by the `eval` job (configs/eval.py) and by training jobs for periodic evalu
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import threading
 import time
 import traceback
-from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
-from t1jax.rollout.agent import RolloutError, run_agent_episode
+from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.agent import SYSTEM_PROMPT as TOOLS_SYSTEM_PROMPT
 from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.engine import SamplingParams, SeededCalls
+from t1jax.rollout.eval_summary import (failure_mode, goal_fraction, summarize,
+                                        summary_markdown, table_cell)
+from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import make_sample
 from t1jax.rollout.terminus import SYSTEM_PROMPT as TERMINUS_SYSTEM_PROMPT
 from t1jax.rollout.terminus_agent import run_terminus_episode
-from t1jax.rollout.trial import task_limits, task_sandbox_spec
+from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits
-from t1jax.verify.reward import goal_assertions, pool_scale
-from t1jax.verify.verifier import verify
+from t1jax.verify.reward import pool_scale
 
 HARNESSES = ("tools", "terminus")
 SYSTEM_PROMPTS = {"tools": TOOLS_SYSTEM_PROMPT, "terminus": TERMINUS_SYSTEM_PROMPT}
-FAILURE_MODES = ("resolved", "unresolved", "agent_timeout", "turn_limit", "context_exhausted",
-                 "sandbox_limit", "verifier_error", "tampered", "agent_error", "skipped")
 INTERNET_POLICIES = ("skip", "run")  # a task needing the internet on an offline sandbox
 OUTPUT_CHARS = 2000  # per command output and verifier log kept in trials.jsonl
-UNCATEGORIZED, UNRATED = "uncategorized", "unknown"
-
-
-# -- metrics -------------------------------------------------------------------------------------
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n attempts with c successes: 1 - C(n-c, k) / C(n, k)."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def failure_mode(finish: str, report, error: str | None = None) -> str:
-    """Why a finished trial ended as it did. Order: the agent loop's own failure (error: a
-    prompt over the context budget, an engine or sandbox exception) unless the task got solved
-    anyway, the verifier's failure, tampering, success, then the agent's budget that ran out,
-    else plainly unresolved."""
-    if error is not None and not (report is not None and report.solved
-                                  and not report.tampered):
-        return "context_exhausted" if finish == "tokens" else "agent_error"
-    if report is None:
-        return "verifier_error"
-    if report.tampered:
-        return "tampered"
-    if report.solved:
-        return "resolved"
-    if report.failed:
-        return "verifier_error"
-    return {"timeout": "agent_timeout", "turns": "turn_limit", "tokens": "context_exhausted",
-            "context": "context_exhausted", "sandbox_limit": "sandbox_limit"}.get(finish, "unresolved")
-
-
-def goal_fraction(report) -> float:
-    """Passed goal assertions / goal assertions (all but `test_invariant_*`, which hold before
-    the agent acts): progress a do-nothing agent cannot score, unlike the dense reward."""
-    goals = goal_assertions(report)
-    return sum(a.status == "passed" for a in goals) / len(goals) if goals else 0.0
-
-
-def _mean(xs) -> float:
-    xs = list(xs)
-    return float(sum(xs) / len(xs)) if xs else 0.0
-
-
-def _task_mean(rows, key: str) -> float:
-    """Mean over tasks of each task's mean over its attempts (the T1 averaging)."""
-    per_task = defaultdict(list)
-    for r in rows:
-        per_task[r["task_id"]].append(float(r[key]))
-    return _mean(_mean(v) for v in per_task.values())
-
-
-def summarize(rows: list[dict], *, label: str = "", harness: str = "",
-              attempts: int | None = None, duration_s: float = 0.0,
-              seed: int | None = None) -> dict:
-    """The summary of trials.jsonl rows (skipped rows become the `skipped` list); seed: the
-    evaluation's sampling seed (None: fresh draws, not repeatable)."""
-    done = [r for r in rows if r["status"] == "done"]
-    skipped = {}
-    for r in rows:
-        if r["status"] == "skipped":
-            skipped.setdefault(r["task_id"], r["skip_reason"])
-    per_task = defaultdict(list)
-    for r in done:
-        per_task[r["task_id"]].append(bool(r["resolved"]))
-    n_min = min((len(v) for v in per_task.values()), default=0)
-    attempts = attempts if attempts is not None else n_min
-    pass_k = {}
-    for k in range(1, max(min(attempts, n_min), 0) + 1):
-        pass_k[str(k)] = _mean(pass_at_k(len(v), sum(v), k) for v in per_task.values())
-
-    def group(key: str, default: str) -> dict:
-        out = {}
-        for value in sorted({r[key] or default for r in done}):
-            sub = [r for r in done if (r[key] or default) == value]
-            out[value] = {"resolved_rate": _task_mean(sub, "resolved"),
-                          "avg_reward": _task_mean(sub, "reward"), "trials": len(sub),
-                          "tasks": len({r["task_id"] for r in sub})}
-        return out
-
-    modes = Counter(r["failure_mode"] for r in done)
-    return {
-        "label": label, "harness": harness, "tasks": len(per_task), "attempts": attempts,
-        "trials": len(done), "resolved_rate": _task_mean(done, "resolved"),
-        "avg_reward": _task_mean(done, "reward"), "pass_at_k": pass_k,
-        "goal_progress": _task_mean([r for r in done if "goal_frac" in r], "goal_frac"),
-        "by_category": group("category", UNCATEGORIZED),
-        "by_difficulty": group("difficulty", UNRATED),
-        "turns_mean": _mean(r["turns"] for r in done),
-        "tool_calls_mean": _mean(r["tool_calls"] for r in done),
-        "tokens_mean": _mean(r["tokens"] for r in done),
-        "sampled_tokens_mean": _mean(r["sampled_tokens"] for r in done),
-        "chunks_mean": _mean(r.get("chunks", 1) for r in done),
-        "compactions_mean": _mean(r.get("compactions", 0) for r in done),
-        "failure_modes": {m: modes.get(m, 0) for m in FAILURE_MODES if m != "skipped"},
-        "skipped": [{"task_id": t, "reason": why} for t, why in sorted(skipped.items())],
-        "skipped_by_reason": dict(Counter(skip_kind(why) for why in skipped.values())),
-        "duration_s": round(float(duration_s), 3), "sampling_seed": seed,
-    }
-
-
-def summary_markdown(summary: dict) -> str:
-    """summary.md: overall, pass@k, per category, per difficulty, failure modes, skipped."""
-    s = summary
-    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
-    lines = [f"# Evaluation: {s['label'] or '(unlabelled)'} ({s['harness']} harness)", "",
-             "| tasks | attempts | trials | resolved | avg reward | goal progress | turns "
-             "| tool calls | tokens | skipped | time |",
-             "|---|---|---|---|---|---|---|---|---|---|---|",
-             f"| {s['tasks']} | {s['attempts']} | {s['trials']} | {pct(s['resolved_rate'])} | "
-             f"{s['avg_reward']:.3f} | {pct(s.get('goal_progress', 0.0))} | "
-             f"{s['turns_mean']:.1f} | {s['tool_calls_mean']:.1f} | "
-             f"{s['tokens_mean']:.0f} | {len(s['skipped'])} | {s['duration_s']:.0f} s |", ""]
-    if s["pass_at_k"]:
-        ks = list(s["pass_at_k"])
-        lines += ["## pass@k", "", "| " + " | ".join(f"pass@{k}" for k in ks) + " |",
-                  "|" + "---|" * len(ks),
-                  "| " + " | ".join(pct(s["pass_at_k"][k]) for k in ks) + " |", ""]
-    for title, key in (("category", "by_category"), ("difficulty", "by_difficulty")):
-        lines += [f"## By {title}", "", f"| {title} | tasks | trials | resolved | avg reward |",
-                  "|---|---|---|---|---|"]
-        for name, g in s[key].items():
-            lines.append(f"| {name} | {g['tasks']} | {g['trials']} | "
-                         f"{pct(g['resolved_rate'])} | {g['avg_reward']:.3f} |")
-        lines.append("")
-    lines += ["## Failure modes", "", "| mode | trials |", "|---|---|"]
-    lines += [f"| {m} | {n} |" for m, n in s["failure_modes"].items() if n]
-    lines.append("")
-    if s["skipped"]:
-        lines += ["## Skipped tasks (not counted in the rates)", "", "| reason | tasks |",
-                  "|---|---|"]
-        lines += [f"| {_cell(k)} | {n} |" for k, n in (s.get("skipped_by_reason") or {}).items()]
-        lines += ["", "| task | reason |", "|---|---|"]
-        lines += [f"| {x['task_id']} | {_cell(x['reason'])} |" for x in s["skipped"]]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _cell(text: str, n: int = 200) -> str:
-    text = " ".join(str(text).split())
-    return (text[:n] + "...") if len(text) > n else text.replace("|", "\\|")
 
 
 # -- trial records -------------------------------------------------------------------------------
@@ -254,33 +109,6 @@ def skip_reason(task, allow_network: bool, internet: str = "skip") -> str | None
                 "when unset) and the sandbox has none (config.sandbox.allow_network=False; "
                 "config.internet_tasks=run runs it offline anyway)")
     return None
-
-
-SKIP_KINDS = ("needs the internet", "image build failed")
-
-
-def skip_kind(reason: str) -> str:
-    """The kind of a skip reason, for counting skips per reason (the reason itself names the
-    task's own error)."""
-    return next((k for k in SKIP_KINDS if reason.startswith(k)), reason.split(":")[0][:60])
-
-
-def skipped_note(summary: dict) -> str | None:
-    """One line a user must see when tasks were skipped: how many of how many, and why."""
-    counts = summary.get("skipped_by_reason") or {}
-    if not counts:
-        return None
-    total = summary["tasks"] + len(summary["skipped"])
-    why = "; ".join(f"{n} {kind}" for kind, n in counts.items())
-    hints = []
-    if "needs the internet" in counts:
-        hints.append("--config.sandbox.allow_network=True where sandboxes may reach the "
-                     "internet, or --config.internet_tasks=run to run them offline anyway")
-    if "image build failed" in counts:
-        hints.append("the build errors are in summary.md (a build that needs the network: "
-                     "--config.sandbox.build_network=host)")
-    return (f"skipped {len(summary['skipped'])} of {total} tasks ({why}): not counted in the "
-            f"rates. " + "; ".join(hints))
 
 
 def sample_name(task_id: str, attempt: int) -> str:
@@ -358,7 +186,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
             try:
                 images[task.task_id] = backend.build(task)
             except Exception as err:  # noqa: BLE001 - a task that cannot build is skipped
-                why = f"image build failed: {type(err).__name__}: {_cell(str(err), 600)}"
+                why = f"image build failed: {type(err).__name__}: {table_cell(str(err), 600)}"
         if why is not None:
             skipped[task.task_id] = why
         if progress:
@@ -372,33 +200,29 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
             inner = engine if hasattr(engine, "generate") else engine(task, attempt)
             if seed is not None:
                 inner = SeededCalls(inner, seed, task.task_id, attempt)
-            spec = task_sandbox_spec(task, images[task.task_id], limits, run_id=run_id,
-                                     allow_network=allow_network)
-            box = _CapturingSandbox(backend.create(spec))
-            try:
-                traj = episode(task, inner, tokenizer, box, sampling=sampling,
+        except Exception as err:  # noqa: BLE001 - no engine for this trial
+            error = f"{type(err).__name__}: {err}"
+        else:
+            def play(sandbox):
+                nonlocal box
+                box = _CapturingSandbox(sandbox)
+                return episode(task, inner, tokenizer, box, sampling=sampling,
                                timeout_s=timeout_s, **episode_kwargs)
-            except RolloutError as err:
+
+            # an agent failure is graded too: the sandbox is as it left it
+            outcome = run_trial(task, backend, play, image=images[task.task_id], limits=limits,
+                                run_id=run_id, scale=scale, verifier_mode=verifier_mode,
+                                allow_network=allow_network)
+            traj, report, err = outcome.played, outcome.report, outcome.play_error
+            if isinstance(err, RolloutError):
                 error = f"RolloutError: {err}"
                 if "does not fit max_tokens" in str(err):
                     row["finish"] = "tokens"
-            except Exception as err:  # noqa: BLE001 - an engine or sandbox failure: one trial
-                error = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
-            if box is not None:  # an agent failure is graded too: the sandbox is as it left it
-                try:
-                    report = verify(task, box.sandbox, backend, scale, mode=verifier_mode,
-                                    run_id=run_id, limits=task_limits(task, limits),
-                                    allow_network=allow_network)
-                except Exception as err:  # noqa: BLE001 - the verifier failed: verifier_error
-                    row["verifier_log"] = f"verifier failed: {type(err).__name__}: {err}"
-        except Exception as err:  # noqa: BLE001 - no engine or no sandbox for this trial
-            error = f"{type(err).__name__}: {err}"
-        finally:
-            if box is not None:
-                try:
-                    box.sandbox.close()
-                except Exception:  # noqa: BLE001 - the run_id reap covers leftovers
-                    pass
+            elif err is not None:  # an engine or sandbox failure: one trial
+                error = f"{type(err).__name__}: {err}\n" + "".join(
+                    traceback.format_exception(err, limit=3))
+            if (verr := outcome.verify_error) is not None:  # the verifier failed
+                row["verifier_log"] = f"verifier failed: {type(verr).__name__}: {verr}"
         if traj is not None:
             row.update(turns=traj.turns, tool_calls=traj.tool_calls, tokens=len(traj.tokens),
                        sampled_tokens=int(sum(r.sampled for r in traj.records)),
@@ -479,6 +303,4 @@ def read_trials(path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-__all__ = ["FAILURE_MODES", "HARNESSES", "evaluate", "failure_mode",
-           "pass_at_k", "read_trials", "segments", "skip_kind", "skip_reason", "skipped_note",
-           "summarize", "summary_markdown"]
+__all__ = ["HARNESSES", "evaluate", "read_trials", "segments", "skip_reason"]

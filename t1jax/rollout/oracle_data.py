@@ -6,7 +6,7 @@ solve.sh, split into the shell commands an agent would issue one tool call at a 
 an `OracleEngine` through the real agent loop in a real sandbox and kept only when the real
 verifier says the task is solved. The result is a `Sample` like any rollout's (token ids exactly
 as the loop records them, loss mask 1 on the assistant tokens), so SFT and RL share one format.
-It lives on the rollout side because it drives sandboxes; t1jax.rl.sft_data stores the samples.
+It lives on the rollout side because it drives sandboxes; t1jax.rollout.sample stores them.
 """
 
 from __future__ import annotations
@@ -14,20 +14,19 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from t1jax.rollout.agent import RolloutError, run_agent_episode
+from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.chat import IM_END, parse_tool_calls, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
+from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import Sample, make_sample
-from t1jax.rollout.trial import task_limits, task_sandbox_spec
+from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits
-from t1jax.verify.verifier import verify
 
 FINAL_ANSWER = "The task is complete."
 WHOLE_SCRIPT_PATH = "/tmp/solve.sh"
@@ -271,6 +270,10 @@ class OracleEngine:
 
 
 # -- oracle episodes in real sandboxes -----------------------------------------------------------
+class _Unfinished(Exception):
+    """The oracle's episode stopped before its final answer (nothing to verify)."""
+
+
 def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: int,
                    workers: int = 2, limits: Limits = Limits(), verifier_mode: str = "script",
                    max_len: int = 32768, attempt: int = 0, run_id: str | None = None,
@@ -305,26 +308,28 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
         engine = OracleEngine(tokenizer, commands, num_layers=num_layers, top_k=top_k,
                               max_len=max_len, final_answer=final_answer,
                               name=f"task {tid} oracle", tool_format=tool_format)
-        t0 = time.monotonic()
-        try:
-            spec = task_sandbox_spec(task, images[tid], limits, run_id=run_id)
-            with backend.create(spec) as box:
-                traj = run_agent_episode(task, engine, tokenizer, box, sampling=sampling,
-                                         max_turns=len(commands) + 1, max_tokens=max_len,
-                                         command_timeout_s=task.agent.timeout_sec,
-                                         tool_format=tool_format,
-                                         **({} if system_prompt is None
-                                            else {"system_prompt": system_prompt}))
-                agent_s = time.monotonic() - t0
-                if traj.finish != "done":
-                    return None, f"episode ended with {traj.finish!r} before the final answer"
-                try:
-                    report = verify(task, box, backend, scale, mode=verifier_mode,
-                                    run_id=run_id, limits=task_limits(task, limits))
-                except Exception as err:  # noqa: BLE001
-                    return None, f"verifier failed: {type(err).__name__}: {err}"
-        except Exception as err:  # noqa: BLE001
-            return None, f"episode failed: {type(err).__name__}: {err}"
+
+        def play(box):
+            traj = run_agent_episode(task, engine, tokenizer, box, sampling=sampling,
+                                     max_turns=len(commands) + 1, max_tokens=max_len,
+                                     command_timeout_s=task.agent.timeout_sec,
+                                     tool_format=tool_format,
+                                     **({} if system_prompt is None
+                                        else {"system_prompt": system_prompt}))
+            if traj.finish != "done":
+                raise _Unfinished(f"episode ended with {traj.finish!r} before the final answer")
+            return traj
+
+        outcome = run_trial(task, backend, play, image=images[tid], limits=limits,
+                            run_id=run_id, scale=scale, verifier_mode=verifier_mode,
+                            grade_failed_play=False)
+        if isinstance(outcome.play_error, _Unfinished):
+            return None, str(outcome.play_error)
+        if outcome.play_error is not None:
+            return None, f"episode failed: {outcome.error}"
+        if outcome.verify_error is not None:
+            return None, f"verifier failed: {outcome.error}"
+        traj, report, agent_s = outcome.played, outcome.report, outcome.play_s
         if not report.solved:
             why = report.error or (f"tampered {report.tampered}" if report.tampered else "")
             return None, (f"unresolved: {report.passed}/{report.total} assertions passed"

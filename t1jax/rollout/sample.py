@@ -1,14 +1,21 @@
-"""A finished, verified rollout as the trainer consumes it, and its on-disk form (.npz).
+"""A finished, verified rollout as the trainer consumes it, its on-disk form (.npz), and sets of
+them on disk (a step's recorded rollouts, an SFT dataset).
 
 Why: the rollout side and the trainer meet here; everything the loss needs (ids, mask, sampling
 log-probs, routes for replay, reward) travels in one file with plain arrays, so a sample written
-by one process (or machine) loads bit-identically in another.
+by one process (or machine) loads bit-identically in another, and both sides read and write the
+sets through the same functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -85,6 +92,85 @@ def make_sample(trajectory, report, task_id: str, attempt: int, category: str = 
                   rollout_logprobs=trajectory.logprobs, routes=trajectory.routes,
                   reward=report.reward if report is not None else 0.0, metadata=meta,
                   chunk_starts=getattr(trajectory, "chunk_starts", None) or None)
+
+
+def staleness(samples, version: int) -> dict:
+    """How far behind the policy being trained (`version`, the loop's step) the trials' turns
+    were sampled: one step under one-step-off, more for carried-over trials. Per turn (each
+    generate call records its weight version); versions that are not step numbers (a recording
+    made elsewhere) are left out. Kept apart from mismatch/*, which compares equal weights."""
+    lags = [version - int(v) for s in samples for v in s.metadata.get("weight_versions") or []
+            if str(v).lstrip("-").isdigit()]
+    if not lags:
+        return {}
+    lags = np.array(lags)
+    return {"staleness/version_lag_mean": float(lags.mean()),
+            "staleness/version_lag_max": int(lags.max()),
+            "staleness/stale_turn_frac": float(np.mean(lags > 0))}
+
+
+# -- sets of samples on disk ---------------------------------------------------------------------
+def sample_filename(sample: Sample) -> str:
+    tid = sample.metadata.get("task_id")
+    if not tid:
+        raise ValueError("sample has no metadata['task_id']; cannot name its file")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(tid))
+    return f"{safe}--attempt{int(sample.metadata.get('attempt', 0)):04d}.npz"
+
+
+def save_samples(samples, directory) -> list[Path]:
+    """Write each sample to `directory/<task_id>--attempt<NNNN>.npz` (atomically; an existing
+    file of the same name is replaced). Returns the paths in input order."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    names = [sample_filename(s) for s in samples]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"samples share a (task_id, attempt): {dupes[:5]}")
+    paths = []
+    for s, name in zip(samples, names):
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                s.to_npz(f)
+            os.replace(tmp, directory / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        paths.append(directory / name)
+    return paths
+
+
+DATASET_COMPLETE = "COMPLETE"
+
+
+def save_dataset(samples, directory, **info) -> None:
+    """Replace `directory` with `samples` and, written last, a COMPLETE marker (with `info`):
+    a run killed while saving leaves no marker, so its partial set is never trained on."""
+    directory = Path(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    save_samples(samples, directory)
+    (directory / DATASET_COMPLETE).write_text(json.dumps({"samples": len(samples), **info})
+                                              + "\n")
+
+
+def dataset_complete(directory) -> bool:
+    return (Path(directory) / DATASET_COMPLETE).is_file()
+
+
+def load_samples(directory) -> list[Sample]:
+    """Every *.npz sample in `directory`, sorted by file name (task id, then attempt)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no SFT sample directory at {directory}")
+    out = []
+    for path in sorted(directory.glob("*.npz")):
+        try:
+            out.append(Sample.from_npz(path))
+        except Exception as err:  # noqa: BLE001 - name the bad file
+            raise ValueError(f"{path}: not a readable Sample: {type(err).__name__}: {err}") \
+                from err
+    return out
 
 
 def bucket_lengths(min_length: int, max_length: int) -> list[int]:

@@ -26,12 +26,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from t1jax.rollout.agent import RolloutError, run_agent_episode
+from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.engine import call_seed, generate_in_session
+from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import make_sample
-from t1jax.rollout.trial import task_limits, task_sandbox_spec
+from t1jax.rollout.trial import run_trial, start_sandbox
 from t1jax.sandbox.base import Limits
-from t1jax.verify.verifier import verify
 
 DONE, STOPPED, FAILED = "done", "stopped", "failed"
 
@@ -316,28 +316,35 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
         inner = engine if hasattr(engine, "generate") else engine(request)
         state = request.state
         if state is None:
-            spec = task_sandbox_spec(task, image_for(task), limits, run_id=run_id)
-            state = EpisodeState(backend.create(spec), time_left_s=float(
+            box = start_sandbox(task, backend, image_for(task), limits, run_id=run_id)
+            state = EpisodeState(box, time_left_s=float(
                 timeout_s if timeout_s is not None else task.agent.timeout_sec))
         t0 = time.monotonic()
-        try:
-            seed_key = None if seed is None else (seed, request.task_id, request.attempt)
-            logged = _LoggedEngine(inner, state, stop, seed_key)
-            traj = run_agent_episode(task, logged, tokenizer, _LoggedSandbox(state),
+        seed_key = None if seed is None else (seed, request.task_id, request.attempt)
+        logged = _LoggedEngine(inner, state, stop, seed_key)
+
+        def play(sandbox):
+            return run_agent_episode(task, logged, tokenizer, _LoggedSandbox(state),
                                      sampling=sampling,
                                      timeout_s=max(state.time_left_s, 0.0), **episode_kwargs)
-        except TrialStopped:
+
+        try:
+            outcome = run_trial(task, backend, play, sandbox=state.sandbox, limits=limits,
+                                run_id=run_id, scale=scale, verifier_mode=verifier_mode,
+                                grade_failed_play=False, keep_open_on=(TrialStopped,))
+        except TrialStopped:  # the sandbox stays open: the next step resumes the episode
             state.time_left_s -= time.monotonic() - t0
             return TrialResult(request, STOPPED, state=state)
         except BaseException:
-            state.close()
+            state.sandbox = None  # closed by run_trial
             raise
-        try:  # a verification that could not run (SandboxError, OSError) raises: the trial
-            # FAILS and is dropped, never trained as reward 0 for an outage of ours
-            report = verify(task, state.sandbox, backend, scale, mode=verifier_mode,
-                            run_id=run_id, limits=task_limits(task, limits))
-        finally:
-            state.close()
+        state.sandbox = None
+        if outcome.play_error is not None:
+            raise outcome.play_error
+        if outcome.verify_error is not None:  # a verification that could not run (SandboxError,
+            # OSError): the trial FAILS and is dropped, never trained as reward 0 for our outage
+            raise outcome.verify_error
+        traj, report = outcome.played, outcome.report
         if report.failed:  # no assertion ran: whatever reward.txt says, it is not a reward
             return TrialResult(request, FAILED, error=f"task {task.task_id} attempt "
                                f"{request.attempt}: the verification failed: {report.error}")

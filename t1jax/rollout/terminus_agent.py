@@ -19,8 +19,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from t1jax.rollout import context as ctx
-from t1jax.rollout.agent import (RolloutError, RouteRecord, Trajectory, TurnRecord, run_commands,
-                                 stop_ids, truncate_middle)
+from t1jax.rollout.harness import (Reply, RolloutError, RouteRecord, Trajectory, TurnRecord,
+                                   run_turns, stop_ids, truncate_middle)
 from t1jax.rollout.chat import IM_END, IM_START
 from t1jax.rollout.engine import Engine, SamplingParams
 from t1jax.rollout.terminus import (SYSTEM_PROMPT, TerminusSession, first_user_message,
@@ -180,6 +180,115 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+class _TerminusHarness:
+    """The Terminus-2 agent's side of the shared loop (harness.run_turns): each prompt is the
+    whole conversation re-rendered and joined to the ids already held (`repair_boundary`), or
+    a new chunk after a split or a compaction; replies are Terminus-2 JSON."""
+
+    def __init__(self, tok: Tokenizer, system: str, instruction: str, sampling: SamplingParams,
+                 stops, *, budget: int, max_tokens: int, max_observation_bytes: int,
+                 compactor: _Compactor | None):
+        self.tok, self.system, self.stops = tok, system, stops
+        self.budget, self.max_tokens, self.compactor = budget, max_tokens, compactor
+        self.max_new, self.max_observation_bytes = sampling.max_new_tokens, max_observation_bytes
+        self.im_end = tok.token_to_id(IM_END)
+        self.session = TerminusSession()
+        self.messages = [("user", first_user_message(instruction))]
+        self.prefix = render_ids(tok, system, self.messages)
+        self.chunks = [_Chunk(self.prefix)]
+        self.counts: Counter = Counter()
+        self.records: list[TurnRecord] = []
+        self.versions: list[str] = []
+        self.n_parse = 0
+        self.fresh = False  # the conversation was just rewritten: the next prompt starts a chunk
+        self.pending = None  # the prepared join: (repair, ids, new chunk or None, keep)
+
+    def prepare(self) -> int | str:
+        chunk, compactor, repair = self.chunks[-1], self.compactor, ""
+        ids, nxt, keep = chunk.tokens, None, len(chunk.tokens)
+        if self.records:  # re-render the whole conversation and join it to the ids we hold
+            if compactor is not None and not self.fresh:
+                self.messages, self.fresh = compactor.before_turn(self.messages)
+                if self.messages is None:
+                    return "context"
+            new = render_ids(self.tok, self.system, self.messages)
+            if self.fresh:  # a compaction's rewrite: a new chunk, not a join
+                ids, nxt = new, _Chunk(new)
+                if sum(len(c.tokens) for c in self.chunks) + len(new) + compactor.reserve() \
+                        > self.max_tokens:
+                    return "context"
+            else:
+                repair, ids = repair_boundary(chunk.tokens, new, chunk.completions[-1], self.tok)
+                if repair == "split":
+                    nxt = _Chunk(new)
+                elif repair not in ("strict", "retokenized"):
+                    keep = _lcp(chunk.tokens, ids)
+            if len(ids) >= self.budget:
+                return "tokens"
+        self.pending = (repair, ids, nxt, keep)
+        summarising = compactor is not None and compactor.asked
+        return min(compactor.policy.summary_tokens if summarising else self.max_new,
+                   self.budget - len(ids))
+
+    def generate(self, engine: Engine, params: SamplingParams):
+        repair, ids, nxt, keep = self.pending  # applied only now: a timeout leaves it out
+        if repair:
+            self.counts[repair] += 1
+        if nxt is not None:
+            self.chunks.append(nxt)
+        elif self.records:
+            self.chunks[-1].extend_to(ids, keep)
+        self.fresh, self.repair = False, repair
+        chunk = self.chunks[-1]
+        prompt = list(chunk.tokens)
+        res = engine.generate([prompt], params)[0]
+        chunk.routes.add(len(prompt), res)
+        chunk.prompts.append(prompt)
+        sampled = [int(t) for t in res.output_ids]
+        if len(sampled) != len(res.output_logprobs):
+            raise RolloutError(f"{len(sampled)} sampled ids but {len(res.output_logprobs)} "
+                               "logprobs")
+        chunk.completions.append(sampled)
+        chunk.tokens += sampled
+        chunk.mask += [1] * len(sampled)
+        chunk.lps += [float(x) for x in res.output_logprobs]
+        self.body = sampled[:-1] if sampled and sampled[-1] in self.stops else sampled
+        if len(self.body) == len(sampled):  # cut on max tokens: the template closes the turn
+            chunk.tokens.append(self.im_end)
+            chunk.mask.append(0)
+            chunk.lps.append(0.0)
+        return res
+
+    def read(self, res) -> Reply:
+        text = self.text = self.tok.decode(self.body, skip_special_tokens=False)
+        summarising = self.compactor is not None and self.compactor.asked
+        record = TerminusTurnRecord(len(res.output_ids), res.finish_reason, [], [],
+                                    repair=self.repair, summary=summarising,
+                                    chunk=len(self.chunks) - 1)
+        if summarising:  # the reply is the summary; the next chunk starts from it
+            self.messages, self.fresh = self.compactor.after_summary(text), True
+            return Reply(record, summary=True)
+        self.reply, err = parse_terminus_reply(text)
+        if err is not None:  # answered with the parse error; nothing runs
+            self.n_parse += 1
+            record.errors.append(err)
+            self.action = None
+            return Reply(record)
+        self.action = self.session.step(self.reply)
+        return Reply(record, list(self.action.commands), done=self.action.kind == "done")
+
+    def render(self, command: str, result) -> tuple[str, bool]:
+        return _screen(command, result, self.max_observation_bytes)
+
+    def observe(self, reply: Reply, outputs: list[str]) -> bool:
+        if self.action is None:
+            note = self.session.parse_error(reply.record.errors[0])
+        else:
+            note = self.session.observe(outputs, self.reply.warnings + self.action.notes)
+        self.messages += [("assistant", self.text), ("user", note)]
+        return True
+
+
 def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                          sampling: SamplingParams, max_turns: int = 300,
                          max_tokens: int | None = None, timeout_s: float | None = None,
@@ -200,115 +309,22 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                       else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
     deadline = time.monotonic() + timeout_s
     stops = stop_ids(tokenizer, sampling)
-    im_end = tokenizer.token_to_id(IM_END)
-    session = TerminusSession()
-    messages = [("user", first_user_message(task.instruction))]
-    prefix = render_ids(tokenizer, system_prompt, messages)
     budget = min(context.budget, max_tokens) if context is not None else max_tokens
-    if len(prefix) >= budget:
-        raise RolloutError(f"the prompt ({len(prefix)} tokens) does not fit max_tokens "
+    prefix_len = len(render_ids(tokenizer, system_prompt,
+                                [("user", first_user_message(task.instruction))]))
+    if prefix_len >= budget:
+        raise RolloutError(f"the prompt ({prefix_len} tokens) does not fit max_tokens "
                            f"{budget}")
-    chunks = [_Chunk(prefix)]
-    counts: Counter = Counter()
-    records, versions = [], []
-    finish, n_calls, n_parse, repair = "turns", 0, 0, ""
     compactor = _Compactor(tokenizer, system_prompt, task.instruction, context, sampling,
-                           len(prefix), budget) if context is not None else None
-    fresh = False  # the conversation was just rewritten: the next prompt starts a new chunk
-    turns = 0  # a summary is not a turn
-    while turns < max_turns:
-        chunk = chunks[-1]
-        if records:  # re-render the whole conversation and join it to the ids we hold
-            if compactor is not None and not fresh:
-                messages, fresh = compactor.before_turn(messages)
-                if messages is None:
-                    finish = "context"
-                    break
-            new = render_ids(tokenizer, system_prompt, messages)
-            if fresh:  # a compaction's rewrite: a new chunk, not a join
-                repair, ids, nxt = "", new, _Chunk(new)
-                if sum(len(c.tokens) for c in chunks) + len(new) + compactor.reserve() \
-                        > max_tokens:
-                    finish = "context"
-                    break
-            else:
-                comp = chunk.completions[-1]
-                repair, ids = repair_boundary(chunk.tokens, new, comp, tokenizer)
-                if repair == "split":
-                    nxt = _Chunk(new)
-                else:
-                    keep = len(chunk.tokens) if repair in ("strict", "retokenized") \
-                        else _lcp(chunk.tokens, ids)
-                    nxt = None
-            if len(ids) >= budget:
-                finish = "tokens"
-                break
-            if time.monotonic() >= deadline:
-                finish = "timeout"
-                break
-            if repair:
-                counts[repair] += 1
-            if nxt is not None:
-                chunks.append(nxt)
-                chunk = nxt
-            else:
-                chunk.extend_to(ids, keep)
-            fresh = False
-        prompt = list(chunk.tokens)
-        summarising = compactor is not None and compactor.asked
-        params = dataclasses.replace(sampling, stop_token_ids=stops,
-                                     max_new_tokens=min(context.summary_tokens if summarising
-                                                        else sampling.max_new_tokens,
-                                                        budget - len(prompt)))
-        res = engine.generate([prompt], params)[0]
-        chunk.routes.add(len(prompt), res)
-        chunk.prompts.append(prompt)
-        versions.append(res.weight_version)
-        sampled = [int(t) for t in res.output_ids]
-        if len(sampled) != len(res.output_logprobs):
-            raise RolloutError(f"{len(sampled)} sampled ids but {len(res.output_logprobs)} "
-                               "logprobs")
-        chunk.completions.append(sampled)
-        chunk.tokens += sampled
-        chunk.mask += [1] * len(sampled)
-        chunk.lps += [float(x) for x in res.output_logprobs]
-        body = sampled[:-1] if sampled and sampled[-1] in stops else sampled
-        if len(body) == len(sampled):  # cut on max tokens: the template closes the turn
-            chunk.tokens.append(im_end)
-            chunk.mask.append(0)
-            chunk.lps.append(0.0)
-        text = tokenizer.decode(body, skip_special_tokens=False)
-        record = TerminusTurnRecord(len(sampled), res.finish_reason, [], [], repair=repair,
-                                    summary=summarising, chunk=len(chunks) - 1)
-        records.append(record)
-        if summarising:  # the reply is the summary; the next chunk starts from it
-            messages, fresh = compactor.after_summary(text), True
-            continue
-        turns += 1
-        reply, err = parse_terminus_reply(text)
-        if err is not None:
-            n_parse += 1
-            record.errors.append(err)
-            messages += [("assistant", text), ("user", session.parse_error(err))]
-            continue
-        action = session.step(reply)
-        outputs = run_commands(
-            sandbox, action.commands, record, deadline=deadline,
-            command_timeout_s=command_timeout_s,
-            render=lambda cmd, result: _screen(cmd, result, max_observation_bytes))
-        n_calls += len(outputs)
-        if record.limit:
-            finish = "sandbox_limit"
-            break
-        if action.kind == "done":
-            finish = "done"
-            break
-        if time.monotonic() >= deadline:
-            finish = "timeout"
-            break
-        messages += [("assistant", text),
-                     ("user", session.observe(outputs, reply.warnings + action.notes))]
-    return _assemble(chunks, len(prefix), records, versions, counts, finish, n_calls, n_parse,
+                           prefix_len, budget) if context is not None else None
+    harness = _TerminusHarness(tokenizer, system_prompt, task.instruction, sampling, stops,
+                               budget=budget, max_tokens=max_tokens,
+                               max_observation_bytes=max_observation_bytes, compactor=compactor)
+    finish, n_calls = run_turns(harness, engine, sandbox, sampling=sampling, stops=stops,
+                                max_turns=max_turns, deadline=deadline,
+                                command_timeout_s=command_timeout_s)
+    return _assemble(harness.chunks, prefix_len, harness.records, harness.versions,
+                     harness.counts, finish, n_calls, harness.n_parse,
                      compactor.compactions if compactor is not None else 0)
 
 

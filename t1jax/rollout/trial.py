@@ -1,18 +1,24 @@
-"""How a trial of a task starts: the sandbox the task's agent (or oracle) works in.
+"""One trial of a task: the sandbox it starts in, what plays in it, the verification, the close.
 
 Why here: every trial (training rollouts, evaluation, SFT data, pool validation, synthesis, the
-mismatch study) must start the same sandbox for the same task, as Harbor does, so the rules
-live once, in the rollout layer that all of them sit on (docs/ARCHITECTURE.md). The rest of
-a trial (agent, snapshot, verify, score, reap) is still written per caller; issue #28.
+mismatch study) must start the same sandbox for the same task, as Harbor does, grade what the
+player left with the same verifier and close the sandbox whatever happened, so a trial is
+written once (`run_trial`), in the rollout layer all of them sit on (docs/ARCHITECTURE.md).
+Callers differ only in what plays (an agent's episode, a reference solution, nothing) and in
+what they make of the outcome (a Sample, an evaluation row, a validation verdict).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from typing import Any, Callable
 
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import resolve_env
+from t1jax.verify.reward import GlobalScale
+from t1jax.verify.verifier import VerifierReport, verify
 
 
 def task_limits(task, base: Limits) -> Limits:
@@ -33,3 +39,82 @@ def task_sandbox_spec(task, image: str, limits: Limits, *, run_id: str,
                        workdir=task.environment.workdir, user=task.agent.user,
                        network=allow_network and task.environment.allow_internet,
                        environment=tuple(env.items()), run_id=run_id)
+
+
+def start_sandbox(task, backend, image: str, limits: Limits, *, run_id: str,
+                  allow_network: bool = False):
+    """A started sandbox for one trial of `task` (task_sandbox_spec); the caller closes it (or
+    hands it to run_trial, which does)."""
+    return backend.create(task_sandbox_spec(task, image, limits, run_id=run_id,
+                                            allow_network=allow_network))
+
+
+@dataclasses.dataclass
+class TrialOutcome:
+    """What one trial left: what the player returned (an agent's Trajectory), the verifier's
+    report, and each side's failure (recorded, not raised: the caller decides what a failure
+    means; an evaluation grades it, a training step drops it)."""
+    task_id: str
+    played: Any = None
+    report: VerifierReport | None = None
+    play_error: Exception | None = None  # the sandbox could not start, or the player raised
+    verify_error: Exception | None = None  # the verifier could not run (not a task's failure)
+    play_s: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def error(self) -> str | None:
+        """The first failure as "Type: message", or None."""
+        err = self.play_error or self.verify_error
+        return None if err is None else f"{type(err).__name__}: {err}"
+
+
+def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_id: str,
+              image: str | None = None, sandbox=None, scale: GlobalScale | None = None,
+              verifier_mode: str = "script", allow_network: bool = False,
+              grade_failed_play: bool = True, catch: tuple = (Exception,),
+              keep_open_on: tuple = ()) -> TrialOutcome:
+    """One trial of `task`: a sandbox started from `image` as `task_sandbox_spec` says (or
+    `sandbox`, one a stopped episode left open), `play(sandbox)`, then, when `scale` is given,
+    the verifier on a fresh snapshot of what the player left (also after the player failed,
+    unless grade_failed_play=False: an agent that crashed is graded on what it did), and the
+    sandbox closed.
+
+    Failures of the types in `catch` are recorded on the outcome; others propagate once the
+    sandbox is closed (a bug in our code must not read as a task's failure). An exception in
+    `keep_open_on` propagates with the sandbox left open: a stopped episode the scheduler
+    resumes later."""
+    t0 = time.monotonic()
+    out = TrialOutcome(task.task_id)
+    if sandbox is None:
+        try:
+            sandbox = start_sandbox(task, backend, image, limits, run_id=run_id,
+                                    allow_network=allow_network)
+        except catch as err:
+            out.play_error, out.seconds = err, time.monotonic() - t0
+            return out
+    keep_open = False
+    try:
+        try:
+            out.played = play(sandbox)
+        except keep_open_on:
+            keep_open = True
+            raise
+        except catch as err:
+            out.play_error = err
+        out.play_s = time.monotonic() - t0
+        if scale is not None and (out.play_error is None or grade_failed_play):
+            try:
+                out.report = verify(task, sandbox, backend, scale, mode=verifier_mode,
+                                    run_id=run_id, limits=task_limits(task, limits),
+                                    allow_network=allow_network)
+            except catch as err:
+                out.verify_error = err
+    finally:
+        if not keep_open:
+            try:
+                sandbox.close()
+            except Exception:  # noqa: BLE001 - the caller's reap of run_id removes leftovers
+                pass
+    out.seconds = time.monotonic() - t0
+    return out

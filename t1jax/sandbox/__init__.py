@@ -15,7 +15,7 @@ def make_backend(name: str, **options) -> Backend:
         from t1jax.sandbox.docker_backend import DockerBackend
         return DockerBackend(**options)
     if name == "bwrap":
-        from t1jax.sandbox.bwrap import BwrapBackend
+        from t1jax.sandbox.bwrap_backend import BwrapBackend
         return BwrapBackend(**options)
     raise ValueError(f"unknown sandbox backend {name!r} (config sandbox.backend): "
                      "use 'docker' or 'bwrap'")

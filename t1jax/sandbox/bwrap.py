@@ -20,6 +20,11 @@ CPU quota. Without cgroups, memory is capped only by RLIMIT_AS at `as_factor` x 
 (address space: a JVM reserving much of it may fail), and pids and cpus are NOT enforced
 (RLIMIT_NPROC would count every process of the host user). Replacing a stuck or exited shell
 starts a new bwrap: unlike Docker, background jobs do not survive that.
+
+One module at ~410 lines: a sandbox's isolation is one piece, the bwrap command line, the
+cgroup, the host-side kill helper and the sandbox that spawns, watches and stops them, each
+working on the others' pids and dirs. Building images, a sandbox's changes and the reaper
+are t1jax/sandbox/bwrap_backend.py.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
-import logging
 import os
 import resource
 import shutil
@@ -36,17 +40,14 @@ import socket
 import stat
 import subprocess
 import time
-import types
 import uuid
 from pathlib import Path
 
 from t1jax.sandbox import dockerfile_subset as layers, images
-from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.sandbox.docker import KEPT_CAPABILITIES
 from t1jax.sandbox.shell_sandbox import ShellSandbox
 
-log = logging.getLogger(__name__)
 CACHE = Path.home() / ".cache" / "t1jax"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="t1jax-bwrap-spawn")
@@ -81,7 +82,7 @@ def bwrap_argv(root: str, rootfs: str, *, env: dict, workdir: str, ids=(0, 0), n
     return argv + (["--info-fd", str(info_fd)] if info_fd is not None else [])
 
 
-class _Cgroup:
+class Cgroup:
     """Per-sandbox cgroup v1 dirs, where we are root and the controllers are writable."""
 
     def __init__(self, name: str, limits: Limits | None = None):
@@ -207,7 +208,7 @@ class BwrapSandbox(ShellSandbox):
     def start(self) -> "BwrapSandbox":
         if shutil.which("bwrap") is None:
             raise SandboxError("bwrap (bubblewrap) is not installed: apt-get install bubblewrap")
-        try:
+        with self._closing_on_failure():
             self.dir.mkdir(parents=True)
             Path(self.dir, "owner.json").write_text(json.dumps(_owner(self.run_id)))
             layers.cp(str(Path(self.image, "layer")), self.root)
@@ -223,11 +224,8 @@ class BwrapSandbox(ShellSandbox):
             with self._writable(self.workdir) as target:
                 os.makedirs(target, exist_ok=True)
             self._ids = layers.user_ids(self.root, self.user)
-            self._cgroup = _Cgroup(self.name, self.limits) if self._cgroups else None
+            self._cgroup = Cgroup(self.name, self.limits) if self._cgroups else None
             self._start_shell()
-        except BaseException:
-            self.close()
-            raise
         return self
 
     def close(self) -> None:
@@ -239,7 +237,7 @@ class BwrapSandbox(ShellSandbox):
         group, self._cgroup = self._cgroup, None
         if group is not None:
             group.remove()
-        _rmtree(self.dir)
+        rmtree(self.dir)
 
     # -- the protocol -------------------------------------------------------------------------
     def put(self, path: str, data: bytes, mode: int = 0o644) -> None:
@@ -294,7 +292,7 @@ class BwrapSandbox(ShellSandbox):
             Path(tmp, "meta.json").write_text(json.dumps(meta, indent=1))
             os.rename(tmp, dest)
         finally:
-            _rmtree(tmp)
+            rmtree(tmp)
         return str(dest)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -361,115 +359,13 @@ class BwrapSandbox(ShellSandbox):
         if self._anchor is not None and self._proc is not None and self._proc.poll() is None:
             kill_helper(self._anchor, args)
 
+    @property
+    def mount_points(self) -> list[str]:
+        """Where the read-only mounts sit in the sandbox (its changes leave them out)."""
+        return ["/" + "/".join(parts) for _, parts in self._mounts]
+
     def disk_usage_bytes(self) -> int:
-        return sum(st.st_blocks * 512 for st in _scan(self.root, set(), stats=True).values())
-
-
-class BwrapBackend:
-    """Images as layer dirs built from a Dockerfile subset; sandboxes as bwrap processes."""
-    name = "bwrap"
-
-    def __init__(self, rootfs: str | None = None, cache_dir=None, cgroups: bool = True,
-                 as_factor: float = 4.0):
-        self.rootfs = os.path.realpath(rootfs or default_rootfs())
-        self.cache = Path(cache_dir or CACHE)
-        self.images_dir, self.runs_dir = self.cache / "bwrap", self.cache / "bwrap-run"
-        self.cgroups, self.as_factor = cgroups, as_factor
-        self.warnings: list[str] = []
-
-    def build(self, task) -> str:
-        """The task's layer, cached by the content hash the Docker backend uses."""
-        context = task.environment_dir or (task.dockerfile and task.dockerfile.parent)
-        key = (images.context_hash(context, task.dockerfile, base_map={})[:12]
-               if task.dockerfile else f"image-{images._slug(task.environment.docker_image or '')}")
-        final = self.images_dir / f"{images._slug(task.task_id)}-{key}"
-        tmp = self.images_dir / f".tmp-{os.getpid()}-{final.name}-{uuid.uuid4().hex[:6]}"
-        try:
-            if not final.is_dir():
-                tmp.mkdir(parents=True)
-                layers.copy_base(self.rootfs, str(tmp / "layer"))
-                image = task.environment.docker_image
-                meta = {"env": {}, "workdir": None, "user": None, "warnings": [
-                    f"task {task.task_id}: image {image!r} is replaced by the local Debian "
-                    "bookworm rootfs"] if image != layers.LOCAL_BASE else []}
-                if task.dockerfile is not None:
-                    meta = layers.build(task.dockerfile, context, str(tmp / "layer"),
-                                        lambda *a: self._run_build(str(tmp / "layer"), task, *a))
-                Path(tmp, "meta.json").write_text(json.dumps(
-                    {**meta, "rootfs": self.rootfs, "task_id": task.task_id}, indent=1))
-                with contextlib.suppress(OSError):  # a concurrent build may have won
-                    os.rename(tmp, final)
-        except OSError as err:
-            raise SandboxError(f"task {task.task_id}: bwrap build failed: {err}") from err
-        finally:
-            _rmtree(tmp)
-        for warning in json.loads(Path(final, "meta.json").read_text())["warnings"]:
-            if warning not in self.warnings:
-                log.warning("%s", warning)
-                self.warnings.append(warning)
-        return str(final)
-
-    def base_image(self) -> str:
-        """The bare rootfs as an image (benchmarks, ad-hoc sandboxes)."""
-        env = types.SimpleNamespace(docker_image=layers.LOCAL_BASE, build_timeout_sec=60)
-        return self.build(types.SimpleNamespace(task_id="base", dockerfile=None,
-                                                environment_dir=None, environment=env))
-
-    def _run_build(self, layer: str, task, argv, env, workdir, user) -> tuple[int, str]:
-        uid, gid, home = layers.user_ids(layer, user)
-        full = bwrap_argv(layer, self.rootfs, env={"PATH": DEFAULT_PATH, "HOME": home, **env},
-                          workdir=workdir, ids=(uid, gid)) + argv
-        try:
-            done = subprocess.run(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, start_new_session=True,
-                                  timeout=task.environment.build_timeout_sec)
-        except subprocess.TimeoutExpired:
-            return 124, f"timed out after {task.environment.build_timeout_sec:.0f}s"
-        return done.returncode, done.stdout.decode(errors="replace")
-
-    def create(self, spec: SandboxSpec) -> BwrapSandbox:
-        return BwrapSandbox(
-            spec.image, limits=spec.limits, workdir=spec.workdir, user=spec.user,
-            network=spec.network, run_id=spec.run_id, environment=dict(spec.environment),
-            readonly_mounts=dict(spec.readonly_mounts), cache_dir=self.cache,
-            cgroups=self.cgroups, as_factor=self.as_factor).start()
-
-    def changes(self, sandbox: BwrapSandbox) -> list[tuple[str, str]]:
-        """Added/changed/deleted paths against the image layer (kind, mode, size, mtime,
-        link target); mount points are left out."""
-        skip = {"/" + "/".join(p) for p in layers.VIRTUAL} | {
-            "/" + "/".join(parts) for _, parts in sandbox._mounts}
-        before = _scan(os.path.join(sandbox.image, "layer"), skip)
-        after = _scan(sandbox.root, skip)
-        out = [("A", p) for p in after.keys() - before.keys()]
-        out += [("D", p) for p in before.keys() - after.keys()]
-        out += [("C", p) for p in after.keys() & before.keys() if after[p] != before[p]]
-        return sorted(out, key=lambda change: change[1])
-
-    def remove_image(self, image: str) -> None:
-        if self.images_dir.resolve() not in Path(image).resolve().parents:
-            raise SandboxError(f"{image} is not a bwrap image under {self.images_dir}")
-        _rmtree(Path(image))
-
-    def reap(self, run_id: str | None = None) -> int:
-        """Remove sandbox dirs (with their cgroups and processes) and snapshots of `run_id`, or
-        of any run whose owning process on this host is dead; returns how many."""
-        removed = 0
-        for path in _dirs(self.runs_dir) + _dirs(self.images_dir, "snap-"):
-            try:
-                owner = json.loads(Path(path, "owner.json" if path.parent == self.runs_dir
-                                        else "meta.json").read_text())
-                owner = owner.get("owner", owner)
-            except (OSError, ValueError):
-                owner = {}
-            if _abandoned(owner, run_id):
-                _Cgroup(path.name).remove()
-                _rmtree(path)
-                removed += 1
-        for path in _dirs(self.images_dir, ".tmp-"):  # builds and snapshots cut short
-            if run_id is None and _abandoned({"pid": path.name.split("-")[1]}, None):
-                _rmtree(path)
-        return removed
+        return sum(st.st_blocks * 512 for st in scan_tree(self.root, set(), stats=True).values())
 
 
 def _read_child_pid(fd: int) -> int | None:
@@ -486,25 +382,7 @@ def _owner(run_id: str) -> dict:
     return {"pid": os.getpid(), "run_id": run_id, "host": socket.gethostname()}
 
 
-def _abandoned(owner: dict, run_id: str | None) -> bool:
-    if run_id is not None:
-        return owner.get("run_id") == run_id
-    if owner.get("host", socket.gethostname()) != socket.gethostname():
-        return False  # another machine's run: we cannot tell whether it lives
-    try:
-        os.kill(int(owner.get("pid") or 0) or 2**22 + 1, 0)  # no pid recorded: dead
-        return False
-    except (ProcessLookupError, ValueError):
-        return True
-    except PermissionError:
-        return False
-
-
-def _dirs(parent: Path, prefix: str = "") -> list[Path]:
-    return sorted(p for p in parent.glob(prefix + "*") if p.is_dir()) if parent.is_dir() else []
-
-
-def _scan(root: str, skip: set[str], stats: bool = False) -> dict:
+def scan_tree(root: str, skip: set[str], stats: bool = False) -> dict:
     """path -> (kind, mode, size, mtime or link target) for everything under `root`, or each
     path's lstat result with `stats`."""
     out, todo = {}, [""]
@@ -525,7 +403,7 @@ def _scan(root: str, skip: set[str], stats: bool = False) -> dict:
     return out
 
 
-def _rmtree(path) -> None:
+def rmtree(path) -> None:
     if not os.path.lexists(path):
         return
     try:

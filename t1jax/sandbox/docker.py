@@ -178,7 +178,7 @@ class DockerSandbox(ShellSandbox):
             self.container = self.client.containers.run(**self.create_options())
         except docker.errors.DockerException as err:
             raise SandboxError(f"cannot start a sandbox from image {self.image}: {err}") from err
-        try:
+        with self._closing_on_failure():
             if self.workdir:
                 self._root_exec(["mkdir", "-p", self.workdir])
                 if self.user:
@@ -191,9 +191,6 @@ class DockerSandbox(ShellSandbox):
             self._lowerdirs = (lowers if self._upperdir and lowers
                                and all(os.access(d, os.R_OK) for d in lowers) else None)
             self._start_shell()
-        except BaseException:
-            self.close()
-            raise
         return self
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ the disk-usage reading."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -51,6 +52,15 @@ class ShellSandbox:
         (gVisor keeps a `docker exec` stream open after `kill -9 -1` stops the container);
         False where that cannot happen or cannot be told."""
         return False
+
+    @contextlib.contextmanager
+    def _closing_on_failure(self):
+        """For `start`: a failure inside (Ctrl-C too) closes whatever was made, then goes on."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
 
     def _start_shell(self) -> None:
         self._baseline = self.disk_usage_bytes() or 0  # what the image brought is not counted

@@ -78,34 +78,30 @@ def _second_choices(family: str, key: str) -> list[str]:
     return [e for e in ENTITIES if e != key]
 
 
-def render(family: str, key: str, second: str) -> tuple[str, str, str, str | None]:
-    """(instruction, solve.sh command, test functions, fixture the task may change)."""
-    if family == "write":
-        return (f"Write the word {second} to the file {key}.txt.",
-                f"echo {second} > {key}.txt",
-                f'''
+_FILE_EXISTS = '''
 def test_file_exists():
     assert os.path.isfile("/app/{key}.txt")
+'''
 
+# family -> (instruction, solve.sh command, test functions), each a str.format template over
+# {key} and {second}
+_TEMPLATES = {
+    "write": ("Write the word {second} to the file {key}.txt.", "echo {second} > {key}.txt",
+              _FILE_EXISTS + '''
 
 def test_content():
     assert _lines("/app/{key}.txt") == ["{second}"]
-''', None)
-    if family == "mkdir":
-        return (f"Make the directories {key} and {second}.",
-                f"mkdir {key} {second}",
-                f'''
+'''),
+    "mkdir": ("Make the directories {key} and {second}.", "mkdir {key} {second}", '''
 def test_first_directory():
     assert os.path.isdir("/app/{key}")
 
 
 def test_second_directory():
     assert os.path.isdir("/app/{second}")
-''', None)
-    if family == "copy":
-        return (f"Copy data/{second}.txt into a new directory {key}.",
-                f"mkdir {key} && cp data/{second}.txt {key}/",
-                f'''
+'''),
+    "copy": ("Copy data/{second}.txt into a new directory {key}.",
+             "mkdir {key} && cp data/{second}.txt {key}/", '''
 def test_directory():
     assert os.path.isdir("/app/{key}")
 
@@ -116,11 +112,8 @@ def test_copied_file():
 
 def test_invariant_source_kept():
     assert _lines("/app/data/{second}.txt") == list(FIXTURES["{second}"])
-''', None)
-    if family == "append":
-        return (f"Append the line {key} to data/{second}.txt.",
-                f"echo {key} >> data/{second}.txt",
-                f'''
+'''),
+    "append": ("Append the line {key} to data/{second}.txt.", "echo {key} >> data/{second}.txt", '''
 def test_last_line():
     assert _lines("/app/data/{second}.txt")[-1:] == ["{key}"]
 
@@ -132,30 +125,28 @@ def test_one_line_added():
 def test_invariant_original_lines_kept():
     lines = _lines("/app/data/{second}.txt")
     assert lines[:len(FIXTURES["{second}"])] == list(FIXTURES["{second}"])
-''', second)
-    if family == "count":
-        return (f"Write the line count of data/{second}.txt to {key}.txt.",
-                f"wc -l < data/{second}.txt > {key}.txt",
-                f'''
-def test_file_exists():
-    assert os.path.isfile("/app/{key}.txt")
-
+'''),
+    "count": ("Write the line count of data/{second}.txt to {key}.txt.",
+              "wc -l < data/{second}.txt > {key}.txt", _FILE_EXISTS + '''
 
 def test_count():
     assert _lines("/app/{key}.txt")[0].strip() == str(len(FIXTURES["{second}"]))
-''', None)
-    if family == "sort":
-        return (f"Sort data/{second}.txt into {key}.txt.",
-                f"sort data/{second}.txt > {key}.txt",
-                f'''
-def test_file_exists():
-    assert os.path.isfile("/app/{key}.txt")
-
+'''),
+    "sort": ("Sort data/{second}.txt into {key}.txt.", "sort data/{second}.txt > {key}.txt",
+             _FILE_EXISTS + '''
 
 def test_sorted():
     assert _lines("/app/{key}.txt") == sorted(FIXTURES["{second}"])
-''', None)
-    raise ValueError(f"unknown family {family!r}; known: {FAMILIES}")
+'''),
+}
+
+
+def render(family: str, key: str, second: str) -> tuple[str, str, str, str | None]:
+    """(instruction, solve.sh command, test functions, fixture the task may change)."""
+    if family not in _TEMPLATES:
+        raise ValueError(f"unknown family {family!r}; known: {FAMILIES}")
+    instruction, command, tests = (t.format(key=key, second=second) for t in _TEMPLATES[family])
+    return instruction, command, tests, second if family == "append" else None
 
 
 def task_id(family: str, key: str, second: str) -> str:

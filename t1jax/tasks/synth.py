@@ -19,14 +19,13 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from t1jax.rollout.trial import task_limits, task_sandbox_spec
+from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.synth_operators import (LLMConfig, Operator, Output, Parent, Rewrite,
                                          RewriteError, make_operators, top_level_names)
 from t1jax.tasks.task import TaskFormatError, load_task
 from t1jax.tasks.validate import run_agent
 from t1jax.verify.reward import INVARIANT, GlobalScale, static_assertion_count
-from t1jax.verify.verifier import verify
 
 WORKDIR = "/app"
 _NOT_OUTPUT = re.compile(r"(^|/)(__pycache__|\.git|\.pytest_cache|\.mypy_cache|site-packages|"
@@ -228,23 +227,25 @@ class Synthesizer:
         """`solver`'s reference solution (None: do nothing) in a fresh sandbox of `image` (None:
         build `task`'s), then `task`'s tests: (report or None, outputs, error). Never raises for
         a task's own failure."""
-        report, outputs, limits = None, (), task_limits(task, self.limits)
+        def play(sandbox):
+            if solver is not None:
+                run_agent("oracle", solver, sandbox)
+            return collect_outputs(self.backend, sandbox) if collect else ()
+
+        catch = (SandboxError, OSError, ValueError)
         try:
-            spec = task_sandbox_spec(task, image or self.backend.build(task), self.limits,
-                                     run_id=self.run_id, allow_network=self.allow_network)
-            with self.backend.create(spec) as sandbox:
-                if solver is not None:
-                    run_agent("oracle", solver, sandbox)
-                if collect:
-                    outputs = collect_outputs(self.backend, sandbox)
-                if check:
-                    scale = GlobalScale(max(static_assertion_count(task), 1), "synthesis")
-                    report = verify(task, sandbox, self.backend, scale, mode=self.mode,
-                                    run_id=self.run_id, limits=limits,
-                                    allow_network=self.allow_network)
-            return report, outputs, report.error if report else None
-        except (SandboxError, OSError, ValueError) as err:
+            image = image or self.backend.build(task)
+        except catch as err:
             return None, (), f"{type(err).__name__}: {err}"
+        scale = GlobalScale(max(static_assertion_count(task), 1), "synthesis") if check else None
+        outcome = run_trial(task, self.backend, play, image=image, limits=self.limits,
+                            run_id=self.run_id, scale=scale, verifier_mode=self.mode,
+                            allow_network=self.allow_network, grade_failed_play=False,
+                            catch=catch)
+        if outcome.error is not None:
+            return None, (), outcome.error
+        report = outcome.report
+        return report, outcome.played, report.error if report else None
 
     def collect(self, nodes: list[Node], progress) -> dict[str, str]:
         """Fill in each node's outputs from one oracle run; returns task id -> error."""

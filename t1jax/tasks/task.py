@@ -4,6 +4,10 @@ Why: the sandbox, the verifier and the trainer all need the same view of a task,
 and a malformed task should fail at load time, with a message naming the task dir,
 the file and the field, rather than mid-rollout. Two layouts are read: Harbor /
 Terminal-Bench 2 (``task.toml``) and legacy Terminal-Bench 1 (``task.yaml``).
+
+One module at ~420 lines: the task format is one concept, the dataclasses and the two readers
+that fill them with their value checks; and tests/test_layout.py puts this module in the layer
+below verify/ and rollout/, where a new module beside it in tasks/ would not be.
 """
 
 from __future__ import annotations
@@ -261,6 +265,14 @@ class _Ctx:
         except (OSError, UnicodeDecodeError) as e:
             self.fail(f"cannot read: {e}", what, file=rel)
 
+    def parse(self, loads: Callable[[str], Any], error: type[Exception],
+              problem: Callable[[Exception], str]) -> Any:
+        """This file read and parsed; a syntax error fails naming the file and `problem(e)`."""
+        try:
+            return loads(self.read(self.file))
+        except error as e:
+            self.fail(problem(e))
+
 
 def _schema_version(ctx: _Ctx, raw: dict) -> str:
     key = "schema_version" if "schema_version" in raw else "version"
@@ -277,10 +289,7 @@ def _schema_version(ctx: _Ctx, raw: dict) -> str:
 
 def _load_tb2(path: Path, warnings: list) -> dict:
     ctx = _Ctx(path, "task.toml", warnings)
-    try:
-        raw = tomllib.loads(ctx.read("task.toml"))
-    except tomllib.TOMLDecodeError as e:
-        ctx.fail(f"invalid TOML: {e}")
+    raw = ctx.parse(tomllib.loads, tomllib.TOMLDecodeError, lambda e: f"invalid TOML: {e}")
     version = _schema_version(ctx, raw)
     if "steps" in raw:  # before instruction.md: a multi-step task keeps one per step
         ctx.fail("multi-step tasks ([[steps]], one instruction and verifier per step) are not "
@@ -356,14 +365,15 @@ def _dockerfile(ctx: _Ctx, env_dir: Path, prefix: str, image: str | None, tb2: b
     return None
 
 
+def _yaml_problem(e: Exception) -> str:
+    mark = getattr(e, "problem_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"invalid YAML{at}: {getattr(e, 'problem', None) or e}"
+
+
 def _load_tb1(path: Path, warnings: list) -> dict:
     ctx = _Ctx(path, "task.yaml", warnings)
-    try:
-        raw = yaml.safe_load(ctx.read("task.yaml"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        ctx.fail(f"invalid YAML{at}: {getattr(e, 'problem', None) or e}")
+    raw = ctx.parse(yaml.safe_load, yaml.YAMLError, _yaml_problem)
     if not isinstance(raw, dict):
         ctx.fail(f"expected a mapping at the top level, got {_show(raw)}")
     instruction = raw.get("instruction")

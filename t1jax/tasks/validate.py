@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from t1jax.rollout.trial import task_limits, task_sandbox_spec
+from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.backend import Backend
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.task import resolve_env
 from t1jax.verify.reward import GlobalScale, goal_assertions, pool_scale
-from t1jax.verify.verifier import VerifierReport, verify
+from t1jax.verify.verifier import VerifierReport
 
 AGENTS = ("oracle", "nothing")
 
@@ -72,20 +71,13 @@ def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalSca
                 allow_network: bool = False) -> EpisodeResult:
     """One trial: fresh sandbox, agent, verification in another fresh sandbox. Never raises for
     a task's own failure: the error is recorded on the result."""
-    t0 = time.monotonic()
-    agent_s = 0.0
-    try:
-        spec = task_sandbox_spec(task, image, limits, run_id=run_id, allow_network=allow_network)
-        with backend.create(spec) as sandbox:
-            run_agent(agent, task, sandbox)
-            agent_s = time.monotonic() - t0
-            report = verify(task, sandbox, backend, scale, mode=verifier_mode, run_id=run_id,
-                            limits=task_limits(task, limits), allow_network=allow_network)
-        return EpisodeResult(task.task_id, agent, report, agent_s, time.monotonic() - t0,
-                             report.error)
-    except (SandboxError, OSError, ValueError) as err:
-        return EpisodeResult(task.task_id, agent, None, agent_s, time.monotonic() - t0,
-                             f"{type(err).__name__}: {err}")
+    outcome = run_trial(task, backend, lambda sandbox: run_agent(agent, task, sandbox),
+                        image=image, limits=limits, run_id=run_id, scale=scale,
+                        verifier_mode=verifier_mode, allow_network=allow_network,
+                        grade_failed_play=False, catch=(SandboxError, OSError, ValueError))
+    report = outcome.report
+    error = outcome.error or (report.error if report is not None else None)
+    return EpisodeResult(task.task_id, agent, report, outcome.play_s, outcome.seconds, error)
 
 
 def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 4,

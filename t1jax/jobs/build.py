@@ -1,0 +1,283 @@
+"""What the jobs build from a config, each written once: the sandbox backend and its limits, the
+task stack trials run with (tasks, backend, tokenizer, reward scale), the device mesh, the
+trainer and its starting weights, a policy restored from a checkpoint, and the live rollout
+source. Heavy imports stay inside the functions, as in the jobs: a job pays only for what it
+builds (the pool jobs never import JAX).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from absl import logging
+
+from t1jax.jobs import UsageError
+
+DEFAULT_TOKENIZER = Path.home() / ".cache" / "t1jax" / "tokenizer-512.json"
+
+
+# -- sandboxes -----------------------------------------------------------------------------------
+def sandbox_backend(sandbox):
+    """The backend a config's `sandbox` block names (configs/common.py sandbox_config)."""
+    from t1jax.sandbox import make_backend
+    options = {}
+    if sandbox.backend == "docker":
+        options = dict(runtime=sandbox.runtime or None, build_network=sandbox.build_network,
+                       base_map=base_map(sandbox.get("base_map", "")),
+                       registry=sandbox.get("registry", False))
+    return make_backend(sandbox.backend, **options)
+
+
+def base_map(text: str) -> dict:
+    """config.sandbox.base_map ("public=local,...") over the default map of public bases."""
+    from t1jax.sandbox.images import DEFAULT_BASE_MAP
+    out = dict(DEFAULT_BASE_MAP)
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        public, sep, local = item.partition("=")
+        if not sep or not public.strip() or not local.strip():
+            raise UsageError(f"config.sandbox.base_map: {item!r} is not PUBLIC=LOCAL (e.g. "
+                             "python:3.12-slim=t1jax/base:bookworm; *=IMAGE maps every other)")
+        out[public.strip()] = local.strip()
+    return out
+
+
+def sandbox_limits(sandbox):
+    """Per-sandbox limits from the same block (a task's own limits are applied on top)."""
+    from t1jax.sandbox.base import Limits
+    return Limits(pids=sandbox.pids, max_output_bytes=sandbox.max_output_bytes,
+                  default_timeout_s=sandbox.command_timeout_s,
+                  episode_output_bytes=sandbox.episode_output_bytes)
+
+
+def reap_best_effort(backend, run_id: str | None = None) -> int:
+    """Reap, as a safety net only: a race with another user of the daemon (a container that
+    vanishes while the reaper lists them) must not end the job or mask its outcome."""
+    try:
+        return backend.reap(run_id)
+    except Exception as err:  # noqa: BLE001 - cleanup
+        logging.warning("could not reap sandboxes%s: %s", f" of {run_id}" if run_id else "", err)
+        return 0
+
+
+# -- tasks ---------------------------------------------------------------------------------------
+def load_job_tasks(pool_dir, *, skip_invalid: bool, task_filter: str) -> list:
+    """The tasks a job runs: the pool (malformed tasks reported, or skipped when asked),
+    narrowed by `task_filter`; an unknown task id or an empty selection is a UsageError."""
+    from t1jax.tasks.pool import load_pool, select_tasks
+    loaded = load_pool(pool_dir, skip_invalid=skip_invalid)
+    for err in loaded.errors:
+        logging.warning("skipping %s", err)
+    try:
+        tasks = select_tasks(loaded.tasks, task_filter)
+    except ValueError as err:
+        raise UsageError(f"--config.{err}") from err
+    if not tasks:
+        raise UsageError(f"no tasks found in {pool_dir}")
+    for line in grouped_warnings(tasks):
+        logging.warning("%s", line)
+    return tasks
+
+
+def grouped_warnings(tasks) -> list[str]:
+    """The loader's warnings once per run: each distinct warning with how many tasks gave it
+    and the first few of them (89 official tasks give the same three, which one line each
+    says, instead of 267 lines or none)."""
+    by_text: dict[str, list[str]] = {}
+    for task in tasks:
+        for warning in task.warnings:
+            by_text.setdefault(warning, []).append(task.task_id)
+    lines = []
+    for warning, ids in sorted(by_text.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        named = ", ".join(ids[:3]) + (f", ... ({len(ids)} tasks)" if len(ids) > 3 else "")
+        lines.append(f"task loader: {warning} [{named}]")
+    return lines
+
+
+def tokenizer(path: str = ""):
+    """The tokenizer at `path` (default: the cached one), trained and saved there if absent."""
+    from t1jax.rollout.tokenizer import load_or_train
+    return load_or_train(path or str(DEFAULT_TOKENIZER))
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskStack:
+    """What running trials of `tasks` needs besides a policy."""
+    tasks: list
+    backend: Any  # the sandboxes dead runs left behind already removed
+    tokenizer: Any  # None for a job that runs no policy (the oracle's validation)
+    scale: Any  # the dense reward's fixed global scale over `tasks`
+    limits: Any  # per sandbox, from config.sandbox
+
+
+def task_stack(config, tasks, tokenizer=None) -> TaskStack:
+    """`tasks` with config.sandbox's backend and limits and config.verifier's reward scale."""
+    from t1jax.verify.reward import pool_scale
+    backend = sandbox_backend(config.sandbox)
+    reaped = backend.reap()
+    if reaped:
+        logging.info("removed %d sandboxes left behind by dead runs", reaped)
+    scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
+    return TaskStack(list(tasks), backend, tokenizer, scale, sandbox_limits(config.sandbox))
+
+
+# -- devices and weights -------------------------------------------------------------------------
+def mesh_from(config, devices=None):
+    """config.mesh over the first data * fsdp * expert * tensor of `devices`; by default those
+    of the platform config.mesh.devices names, or, naming none, exactly every device."""
+    from t1jax.sharding import mesh_from_config
+    m = config.mesh
+    if devices is None and m.get("devices"):
+        import jax
+        devices = jax.devices(m.devices)
+    n = m.data * m.fsdp * m.expert * m.tensor
+    return mesh_from_config(m, None if devices is None else list(devices)[:n])
+
+
+def trainer(config, mesh, *, sft_steps: int | None = None):
+    """A Trainer of config.model and config.rl on `mesh`, seeded by config.seed; with sft_steps,
+    the actor learns at config.sft's rate, scheduled over that many steps."""
+    from t1jax.model.config import model_config_from
+    from t1jax.rl.trainer import Trainer, sft_learning_rate
+    lr = (None if sft_steps is None else
+          sft_learning_rate(config.sft.lr, config.sft.lr_schedule, sft_steps))
+    return Trainer(model_config_from(config.model), config.rl, mesh, seed=config.seed,
+                   actor_lr=lr)
+
+
+def start_weights(trainer, checkpoints, *, hf_path: str = "", actor="", critic="") -> None:
+    """A fresh run's starting weights; none when `checkpoints` holds a finished step (the loop
+    resumes from it). The policy (and the critic's backbone) from a Hugging Face directory
+    (config.init.hf_path) or another run's actor (SFT), then another run's critic (Warm-Up)."""
+    from t1jax.checkpoint import has_checkpoint
+    from t1jax.rl import loop
+    if has_checkpoint(checkpoints):  # a finished step, not a folder
+        return
+    if hf_path:
+        if not Path(hf_path, "config.json").is_file():
+            raise UsageError(f"config.init.hf_path={hf_path} has no config.json "
+                             f"(a Hugging Face model directory)")
+        logging.info("actor and critic backbone from %s", hf_path)
+        loop.load_actor_hf(trainer, hf_path)
+    if actor:
+        logging.info("actor from %s (step %d)", actor, loop.load_actor_only(trainer, actor))
+    if critic:
+        logging.info("critic from %s (step %d)", critic, loop.load_critic_only(trainer, critic))
+
+
+def policy(config, mesh=None):
+    """A CausalLM of config.model at config.seed's initialisation (sharded over `mesh`)."""
+    from flax import nnx
+
+    from t1jax.model.config import model_config_from
+    from t1jax.model.transformer import CausalLM
+    cfg = model_config_from(config.model)
+    if mesh is None:
+        return CausalLM(cfg, nnx.Rngs(config.seed))
+    from t1jax.sharding import create_sharded
+    return create_sharded(lambda: CausalLM(cfg, nnx.Rngs(config.seed)), mesh)
+
+
+def restored_actor(model, checkpoints, step: int | None = None):
+    """`model` (a CausalLM) holding the actor of `checkpoints`' step `step` (default: the newest
+    finished one), each array in the sharding of the model's own."""
+    from flax import nnx
+
+    from t1jax.checkpoint import Checkpointer, abstract_like
+    _, params = nnx.split(model, nnx.Param)
+    with Checkpointer(checkpoints, async_save=False) as source:
+        actor = source.restore_items({"actor": abstract_like(params)}, step)["actor"]
+    nnx.update(model, actor)
+    return model
+
+
+# -- live rollouts -------------------------------------------------------------------------------
+def tool_format(config) -> str:
+    """How the policy writes tool calls: config.rollouts.tool_format, else its checkpoint's
+    (init.hf_path) or tokenizer's chat template, else qwen3_json (chat.resolve_tool_format)."""
+    from t1jax.rollout.chat import resolve_tool_format
+    r, init = config.rollouts, config.get("init") or {}
+    return resolve_tool_format(r.get("tool_format", ""), init.get("hf_path", "") if init else "",
+                               os.path.dirname(r.get("tokenizer", "") or ""))
+
+
+def rollout_seed(config, stage: str) -> int:
+    """config.rollouts.sampling_seed, or with -1 (the default) one derived from config.seed
+    and the stage: two runs with one config.seed sample the same, and Warm-Up and PPO, whose
+    first policy is the same SFT actor, never replay each other's trials."""
+    from t1jax.rollout.engine import derived_seed
+    seed = config.rollouts.get("sampling_seed", -1)
+    return derived_seed(config.seed, f"rollouts/{stage}") if seed < 0 else int(seed)
+
+
+def fleet_client(urls: str, model_cfg, router: str = ""):
+    """A FleetClient over comma-separated urls (generating through `router` if one is given),
+    reading routes by the model's own config."""
+    from t1jax.rollout.sglang import FleetClient, RouteLayout
+    return FleetClient(urls.split(","), RouteLayout.of(model_cfg), router=router or None)
+
+
+def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
+                  system_prompt: str | None = None, stage: str = "ppo"):
+    """Rollouts of the stack's tasks by the trainer's policy (config.rollouts, config.sandbox,
+    config.rl), sampled with rollout_seed(config, stage)."""
+    from t1jax.rollout import context
+    from t1jax.rollout.batching import embedded_engine
+    from t1jax.rollout.engine import SamplingParams
+    from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
+    from t1jax.rollout.sglang import FleetEngine
+    from t1jax.rollout.source import LiveRollouts
+    from t1jax.tasks.sampler import EpochSampler
+    r = config.rollouts
+    publish = None
+    if r.engine == "embedded":
+        engine = embedded_engine(trainer.actor_model(), max_batch=r.engine_batch,
+                                 max_len=config.rl.max_length)
+    elif r.engine == "fleet":
+        if not r.fleet_urls:
+            raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
+        engine = FleetEngine(fleet_client(r.fleet_urls, trainer.cfg, r.get("fleet_router", "")),
+                             config.rl.max_length)
+        weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
+
+        def publish_to_fleet(trainer, version):  # HF safetensors on a shared disk
+            engine.client.publish_weights(trainer.actor_model(), weights_dir, version)
+        publish = publish_to_fleet
+    else:
+        raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
+    sampling = SamplingParams(temperature=config.rl.temperature, max_new_tokens=r.max_new_tokens)
+    trial_tokens = r.get("trial_tokens", 0) or config.rl.max_length
+    if trial_tokens > config.rl.max_length and r.compaction == "none":
+        raise UsageError(f"config.rollouts.trial_tokens={trial_tokens} is more than one training "
+                         f"row (rl.max_length={config.rl.max_length}): it needs a compaction "
+                         "policy (config.rollouts.compaction), whose chunks each fit a row")
+    tasks = stack.tasks
+    trial = episode_trial(stack.backend, engine, stack.tokenizer, {t.task_id: t for t in tasks},
+                          scale=stack.scale, sampling=sampling, limits=stack.limits,
+                          run_id=f"train-{workdir.name}", verifier_mode=config.verifier.mode,
+                          max_turns=r.max_turns, max_tokens=trial_tokens,
+                          command_timeout_s=config.sandbox.command_timeout_s,
+                          max_observation_bytes=config.sandbox.max_output_bytes,
+                          tito=r.tito,
+                          seed=rollout_seed(config, stage), tool_format=tool_format(config),
+                          context=context.from_config(r, trainer.cfg.max_position_embeddings,
+                                                      config.rl.max_length),
+                          **({} if system_prompt is None else {"system_prompt": system_prompt}))
+    scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
+    return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
+                        batch_size=r.batch_size, oversample=r.oversample,
+                        carry_over=r.carry_over, record_dir=workdir / "rollouts",
+                        publish=publish, group_size=r.get("group_size", 1))
+
+
+def check_off_policy(config, carry_over: bool) -> None:
+    """PPO's off-policy correction checked before a job starts (rl/loop.py
+    check_off_policy_correction), as a UsageError naming the config keys."""
+    from t1jax.rl.loop import check_off_policy_correction
+    from t1jax.rl.trainer import Settings
+    try:
+        check_off_policy_correction(Settings.from_config(config.rl), config.schedule, carry_over)
+    except ValueError as err:
+        raise UsageError(str(err)) from err

@@ -1,0 +1,82 @@
+"""The training loop's live rollout source: each step, tasks drawn by the epoch sampler become
+trial requests for the rollout scheduler, whose samples (also written to the workdir) the loop
+trains on, and each new policy is published to the engine that samples them.
+
+Why here and not in rl/: it builds the scheduler's requests and reads its results; training
+sees only Samples, through the loop's RolloutSource protocol (t1jax/rl/loop.py).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from absl import logging
+
+from t1jax.rollout.sample import save_dataset, staleness
+from t1jax.rollout.scheduler import TrialRequest
+
+
+class LiveRollouts:
+    """Agent episodes for real: tasks drawn by the epoch sampler, run by the rollout scheduler
+    (oversampling, carry-over), through an engine that gets each new policy published."""
+
+    def __init__(self, scheduler, tasks: list, sampler, engine, *, batch_size: int,
+                 oversample: float = 1.5, carry_over: bool = True, record_dir=None,
+                 publish=None, group_size: int = 1):
+        """group_size: trials of each drawn task per step (T1: 1); with more, a step holds
+        batch_size / group_size tasks, and rl.baseline='task' compares each trial with its
+        task's others."""
+        if group_size < 1:
+            raise ValueError(f"rollouts.group_size must be >= 1, got {group_size}")
+        self.scheduler, self.tasks, self.sampler, self.engine = scheduler, tasks, sampler, engine
+        self.group_size = group_size
+        self.batch_size, self.oversample, self.carry_over = batch_size, oversample, carry_over
+        self.record_dir = Path(record_dir) if record_dir else None
+        self._publish = publish
+        self._carried: list = []
+        self._next_attempt = 0  # unique per trial of the run: (task, attempt) names a sample
+        self.last_result = None
+        # of the last collect: trials that raised (engine, sandbox or verifier outage; dropped)
+        # and how stale the admitted ones were
+        self.last_metrics: dict = {}
+
+    def collect(self, step: int):
+        want = max(0, math.ceil(self.batch_size * self.oversample) - len(self._carried))
+        fresh = []
+        for i in self.sampler.take(math.ceil(want / self.group_size)):
+            for _ in range(self.group_size):
+                if len(fresh) < want:
+                    fresh.append(TrialRequest(self.tasks[i].task_id, attempt=self._next_attempt))
+                    self._next_attempt += 1
+        requests = self._carried + fresh
+        result = self.scheduler.collect(requests, self.batch_size, oversample=self.oversample,
+                                        carry_over=self.carry_over)
+        self._carried = result.carried
+        self.last_result = result
+        self.last_metrics = {"rollout/infra_failures": len(result.failed),
+                             **staleness(result.samples, step)}
+        for failed in result.failed:
+            logging.warning("trial failed (dropped, not trained): %s", failed.error)
+        if not result.samples:
+            raise RuntimeError(f"step {step}: no trial finished ({len(result.failed)} failed); "
+                               "see the warnings above")
+        if self.record_dir is not None:
+            # the whole step's folder: a rerun of a killed step leaves none of its trials
+            save_dataset(result.samples, self.record_dir / f"step_{step:05d}")
+        return result.samples
+
+    def publish(self, trainer, version: str) -> None:
+        if self._publish is not None:
+            self._publish(trainer, version)
+        else:  # an in-process engine: hand it the parameters directly
+            self.engine.load_weights(trainer.actor_params(), version)
+
+    def state_dict(self) -> dict:
+        """Carried (unfinished) trials are not part of it: a resumed run starts them afresh."""
+        return {"sampler": self.sampler.state_dict(), "next_attempt": self._next_attempt}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "sampler" in state:
+            self.sampler.load_state_dict(state["sampler"])
+        self._next_attempt = int(state.get("next_attempt", 0))
