@@ -3,7 +3,7 @@
 #   1. a virtualenv in .venv with the pinned packages,
 #   2. a running Docker engine (Debian's docker.io, started with no bridge network), or bubblewrap,
 #   3. the sandbox base images t1jax/base:bookworm and :trixie, built offline-style with debootstrap,
-#   4. headless Chromium (Debian's chromium), which tests/test_report.py renders the trajectory
+#   4. headless Chromium (Debian's chromium), which tests/report/test_report.py renders the trajectory
 #      viewer with.
 # Each step says clearly what failed and what to do. Set T1JAX_SKIP_DOCKER=1 to use bubblewrap only.
 set -euo pipefail
@@ -172,14 +172,14 @@ else
   base_image trixie "$TRIXIE_IMAGE" "$HOME/.cache/t1jax/rootfs-trixie" "$TRIXIE_PACKAGES"
 fi
 
-# --- 4. Headless Chromium (tests/test_report.py) -----------------------------------------------
+# --- 4. Headless Chromium (tests/report/test_report.py) ----------------------------------------
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
   log "installing Debian's chromium (headless browser for the trajectory-viewer test)"
   if ! apt_install chromium; then
     if [ "${T1JAX_REQUIRE_DOCKER:-0}" = 1 ]; then
       die "could not install chromium (needs root and apt); CI runs the viewer test in it. apt-get install chromium and re-run."
     fi
-    log "WARNING: could not install chromium (needs root and apt): the browser checks in tests/test_report.py will skip. Install it with: sudo apt-get install chromium"
+    log "WARNING: could not install chromium (needs root and apt): the browser checks in tests/report/test_report.py will skip. Install it with: sudo apt-get install chromium"
   fi
 fi
 if [ "${T1JAX_SKIP_DOCKER:-0}" != 1 ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SGLang's own code for the fleet tests (tests/test_router.py, tests/test_sglang_contract.py) in
+# SGLang's own code for the fleet tests (tests/rollout/test_router.py, tests/rollout/test_sglang_contract.py) in
 # its own virtualenv .venv-sglang: the smg router and msgspec from requirements-sglang.txt, and
 # the sglang package --no-deps (its /generate JSON contract needs only msgspec). Idempotent:
 # reinstalled only when requirements-sglang.txt changes. Used by scripts/test.sh.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The TPU ahead-of-time compile checks (tests/test_aot_tpu*.py) run libtpu from their own
+# The TPU ahead-of-time compile checks (tests/jobs/test_aot_tpu*.py) run libtpu from their own
 # virtualenv, .venv-tpu, kept out of the default install (idempotent: reinstalled only when the
 # requirements change). Used by scripts/test.sh and scripts/check_tpu_fit.sh.
 set -euo pipefail

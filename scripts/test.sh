@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 setup_start=$(date +%s)
 bash scripts/setup.sh
-# The tiny TPU ahead-of-time compiles (tests/test_aot_tpu.py) run libtpu from .venv-tpu; the
+# The tiny TPU ahead-of-time compiles (tests/jobs/test_aot_tpu.py) run libtpu from .venv-tpu; the
 # real-scale ones are scripts/check_tpu_fit.sh. T1JAX_SKIP_TPU_AOT=1 skips both.
 [ "${T1JAX_SKIP_TPU_AOT:-0}" = 1 ] || bash scripts/setup_tpu.sh
 bash scripts/setup_sglang.sh  # SGLang's router and /generate contract for the fleet tests

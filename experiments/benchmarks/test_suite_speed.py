@@ -10,7 +10,7 @@ The slice (default: compile-heavy files that rebuild the same tiny models and st
 Each arm is a fresh pytest process over the same files; printed: wall seconds, passed count, and
 the speed-up against the baseline measured in this run.
 
-  .venv/bin/python experiments/benchmarks/test_suite_speed.py [--files tests/test_r3.py ...]
+  .venv/bin/python experiments/benchmarks/test_suite_speed.py [--files tests/model/test_r3.py ...]
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_FILES = ["tests/test_trainer.py", "tests/test_jax_engine.py", "tests/test_r3.py",
-                 "tests/test_tito.py", "tests/test_long_context.py"]
+DEFAULT_FILES = ["tests/rl/test_trainer.py", "tests/rollout/test_jax_engine.py", "tests/model/test_r3.py",
+                 "tests/rollout/test_tito.py", "tests/rollout/test_long_context.py"]
 
 
 def run(files, workers: int, cache: str | None) -> tuple[float, str]:

@@ -2,7 +2,7 @@
 step and the bytes they produce per chip, loop bodies multiplied by their trip counts.
 
 Separate from aot.py, which compiles the steps and prices them: this is plain text parsing of
-HLO (no JAX), tested on hand-written HLO snippets in tests/test_aot.py.
+HLO (no JAX), tested on hand-written HLO snippets in tests/jobs/test_aot.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ laid out as transformers counts them.
 
 Separate from config.py, which says what a config is: this is arithmetic over a finished config,
 read by FLOP and MFU estimates (t1jax/jobs/aot.py, the benchmarks) and checked against
-transformers' own models in tests/test_model_config.py.
+transformers' own models in tests/model/test_model_config.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Qwen2.5 / Qwen3's `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, an
 Qwen3.5's and Qwen3-Coder's `<tool_call><function=NAME><parameter=KEY>VALUE</parameter>
 </function></tool_call>`. A checkpoint's own chat template says which (tool_format_of); the
 strings here are ours, written to the forms SGLang's parsers for those models read
-(tests/test_tool_formats.py checks both directions against them).
+(tests/rollout/test_tool_formats.py checks both directions against them).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ routed_experts is base64 int32 over positions [routed_experts_start_len, prompt 
 (schedule_batch.py:332-345); /flush_cache answers plain text (entrypoints/http_server.py:
 1025-1040), /pause_generation and /continue_generation {"message", "status": "ok"}
 (1831-1854). The reply's shape is checked against SGLang's own GenerateResponse contract
-(tests/test_sglang_contract.py). What we cannot honour (stop strings: no tokenizer in the
+(tests/rollout/test_sglang_contract.py). What we cannot honour (stop strings: no tokenizer in the
 server; n > 1; input log-probs; streaming; penalties, grammars) is refused with a 400 naming
 the field, never ignored.
 

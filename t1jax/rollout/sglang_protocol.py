@@ -5,7 +5,7 @@ log-probs, base64 routed experts; an aborted request as FINISH_ABORT). Versions 
 source lines for each rule are in t1jax/rollout/server.py's docstring.
 
 Separate from server.py, which runs the engine and the HTTP handler: these are pure functions
-of JSON values, checked against SGLang's own contract (tests/test_sglang_contract.py) without
+of JSON values, checked against SGLang's own contract (tests/rollout/test_sglang_contract.py) without
 a model or a socket.
 """
 

@@ -1,0 +1,172 @@
+"""Every config file loads through experiments/run.py's loader with each of its variants, names
+a known mode, and locks (a misspelt --config.flag fails instead of being ignored)."""
+
+import importlib
+import json
+from pathlib import Path
+
+import ml_collections
+import pytest
+
+from t1jax.jobs import MODES
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB_CONFIGS = {
+    "oracle": [None, "smoke"], "audit": [None], "synth": [None], "pool": [None],
+    "ppo": [None, "sft", "critic_warmup"], "eval": [None, "smoke"], "tiny_cpu": [None],
+    "qwen3_30b_a3b": [None, "sft", "critic_warmup"],
+    "qwen3_235b_a22b": [None, "sft", "critic_warmup"],
+    "t1_qwen35_122b": [None, "sft", "critic_warmup"],
+    "ablations": ["no_r3", "binary_reward", "shuffled_reward", "cold_critic", "cold_critic_random_head", "one_step_off", "sync", "no_tito"],
+}
+
+
+def test_every_config_file_is_listed():
+    files = {p.stem for p in (ROOT / "configs").glob("*.py")} - {"common", "__init__"}
+    assert files == set(JOB_CONFIGS)
+
+
+@pytest.mark.parametrize("name,arg", [(n, a) for n, args in JOB_CONFIGS.items() for a in args])
+def test_config_loads_and_locks(name, arg):
+    config = importlib.import_module(f"configs.{name}").get_config(arg)
+    assert isinstance(config, ml_collections.ConfigDict)
+    assert config.mode in MODES
+    importlib.import_module(MODES[config.mode])  # its job imports
+    if "rl" in config:  # the blocks validate, not only load
+        from t1jax.rl.trainer import Settings
+        Settings.from_config(config.rl)
+    if "model" in config:
+        from t1jax.model.config import model_config_from
+        model_config_from(config.model)
+    config.lock()
+    with pytest.raises(AttributeError):
+        config.no_such_option = 1
+
+
+def test_model_configs_build_model_configs():
+    from t1jax.model.config import model_config_from
+    for path in (ROOT / "configs" / "model").glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        module = importlib.import_module(f"configs.model.{path.stem}")
+        cfg = model_config_from(module.get_config().model)
+        assert cfg.num_hidden_layers > 0 and cfg.num_experts_per_tok <= cfg.num_experts
+
+
+def test_recipe_rejects_unknown_phase(tmp_path):
+    from t1jax.jobs import UsageError, recipe
+    config = importlib.import_module("configs.tiny_cpu").get_config()
+    config.phases = "pool,bogus"
+    with pytest.raises(UsageError, match="bogus"):
+        recipe.run(config, tmp_path)
+
+
+def test_stale_trials_without_a_correction_are_refused_before_the_run(tmp_path):
+    """The main job carries trials over; a ratio against the current weights without TIS
+    ignores the policy that sampled them: refused before the first phase, naming the keys."""
+    from t1jax.jobs import UsageError, recipe, train
+    config = importlib.import_module("configs.tiny_cpu").get_config()
+    config.rl.tis = False
+    with pytest.raises(UsageError, match=r"carry_over=True.*rl\.tis=False"):
+        recipe.run(config, tmp_path / "recipe")
+    assert not (tmp_path / "recipe").exists()
+    config = importlib.import_module("configs.ppo").get_config()
+    config.rl.tis, config.schedule, config.rollouts.carry_over = False, "one_step_off", False
+    with pytest.raises(UsageError, match=r"schedule='one_step_off'.*rl\.tis=False"):
+        train.run(config, tmp_path / "train")
+
+
+def test_ablations_change_one_axis_each():
+    from t1jax.rl.trainer import Settings
+    main = importlib.import_module("configs.tiny_cpu").get_config().to_dict()
+    module = importlib.import_module("configs.ablations")
+    for variant in JOB_CONFIGS["ablations"]:
+        config = module.get_config(variant)
+        Settings.from_config(config.rl)  # the rl block validates
+        # the random-head cold critic is one axis away from the zero-head one
+        ref = (module.get_config("cold_critic").to_dict()
+               if variant == "cold_critic_random_head" else main)
+        diff = {k for k in ref if k != "ablation" and config.to_dict()[k] != ref[k]}
+        if variant == "no_tito":  # its one consequence: re-encoded trials may be overlong
+            rl = {k for k, v in config.rl.to_dict().items() if v != main["rl"][k]}
+            assert rl == {"overlong"} and config.rl.overlong == "drop"
+            diff -= {"rl"}
+        assert len(diff) <= 1, (variant, diff)  # sync spells out the default: no change
+    with pytest.raises(ValueError, match="variants"):
+        module.get_config(None)
+
+
+def test_reuse_links_finished_phases_only(tmp_path):
+    from t1jax.jobs import UsageError
+    from t1jax.jobs.recipe import link_reused
+    src, dst = tmp_path / "main", tmp_path / "ablation"
+    with pytest.raises(UsageError, match="finished pool"):
+        link_reused(src, dst)
+    for done in ("pool", "sft", "warmup"):
+        (src / done).mkdir(parents=True)
+        (src / done / "DONE").write_text("{}")
+    (src / "oracle").mkdir()  # unfinished: no DONE
+    (src / "tokenizer.json").write_text("{}")
+    (src / "eval" / "base").mkdir(parents=True)
+    (src / "eval" / "base" / "summary.json").write_text("{}")
+    dst.mkdir()
+    linked = link_reused(src, dst, warmup=False)
+    assert linked == ["pool", "tokenizer.json", "sft", "eval/base"]
+    assert (dst / "sft").resolve() == src / "sft" and (dst / "tokenizer.json").read_text() == "{}"
+    assert not (dst / "oracle").exists() and not (dst / "warmup").exists()
+    assert link_reused(src, dst) == ["warmup"]  # idempotent; nothing linked twice
+
+    # with this run's config, a trained phase is linked only if its config block matches
+    (src / "config.json").write_text(json.dumps({"sft": {"steps": 600}, "warmup": {"steps": 4}}))
+    other = tmp_path / "longer_warmup"
+    other.mkdir()
+    linked = link_reused(src, other, config={"sft": {"steps": 600}, "warmup": {"steps": 16}})
+    assert "sft" in linked and "warmup" not in linked and not (other / "warmup").exists()
+    same = tmp_path / "same"
+    same.mkdir()
+    assert "warmup" in link_reused(src, same, config={"sft": {"steps": 600},
+                                                      "warmup": {"steps": 4}})
+
+    # what a phase was made from must be reused too: another SFT means no warm-up or SFT
+    # evaluation from the source (they were made from its SFT), another pool means nothing
+    (src / "eval" / "sft").mkdir(parents=True)
+    (src / "eval" / "sft" / "summary.json").write_text("{}")
+    other_sft = tmp_path / "other_sft"
+    other_sft.mkdir()
+    linked = link_reused(src, other_sft, config={"sft": {"steps": 300}, "warmup": {"steps": 4}})
+    assert linked == ["pool", "tokenizer.json", "eval/base"]
+    other_pool = tmp_path / "other_pool"
+    other_pool.mkdir()
+    assert link_reused(src, other_pool, config={"seed": 1, "sft": {"steps": 600},
+                                                "warmup": {"steps": 4}}) == []
+
+
+def test_t1_setting_is_the_report_model_on_a_64_gpu_mesh():
+    """configs/t1_qwen35_122b.py trains Qwen3.5-122B-A10B (the report's base) with the report's
+    fixed choices: R3 and TITO on, dense reward, KL/entropy/load balancing off, oversampling."""
+    from t1jax.model.config import model_config_from
+    from t1jax.model.sizes import param_counts
+    config = importlib.import_module("configs.t1_qwen35_122b").get_config(None)
+    cfg = model_config_from(config.model)
+    assert cfg.model_type == "qwen3_5_moe_text" and cfg.num_hidden_layers == 48
+    assert round(param_counts(cfg)["total"] / 1e9) == 122
+    m = config.mesh
+    assert m.data * m.fsdp * m.expert * m.tensor == 64 and cfg.num_experts % m.expert == 0
+    assert config.rl.r3 and config.rl.reward == "dense"
+    assert config.rl.kl_loss_coef == config.rl.entropy_coef == config.rl.load_balancing_coef == 0
+    assert config.rollouts.oversample > 1 and config.rollouts.max_turns >= 300
+
+
+def test_rollout_seeds_come_from_the_run_seed():
+    """Unset (-1), a stage's sampling seed is derived from config.seed: a rerun repeats it,
+    another config.seed changes it, and Warm-Up and PPO (same first policy) draw apart; a set
+    sampling_seed is used as given."""
+    from t1jax.jobs.build import rollout_seed
+    config = importlib.import_module("configs.tiny_cpu").get_config()
+    assert config.rollouts.sampling_seed == -1
+    ppo, warm = rollout_seed(config, "ppo"), rollout_seed(config, "critic_warmup")
+    assert ppo == rollout_seed(config, "ppo") and ppo != warm and 0 <= ppo < 2**31
+    config.seed = 1
+    assert rollout_seed(config, "ppo") != ppo
+    config.rollouts.sampling_seed = 5
+    assert rollout_seed(config, "ppo") == rollout_seed(config, "critic_warmup") == 5
