@@ -8,10 +8,14 @@ samples/*.npz to the workdir.
   # Terminal-Bench 2.1 through an SGLang fleet that already serves the policy, on a machine
   # that reaches Docker Hub and the internet (:offline where neither is reachable; BUILD.md)
   python experiments/run.py --config configs/eval.py:online --workdir runs/eval-tb21 \
-      --config.tasks=/path/to/terminal-bench-2-1 \
-      --config.engine=fleet --config.fleet_urls=http://host1:30000,http://host2:30000
+      --config.tasks=/path/to/terminal-bench-2-1 --config.rollouts.engine=fleet \
+      --config.rollouts.fleet_urls=http://host1:30000,http://host2:30000
   # the untrained base of the tiny setting (random init), quick smoke
   python experiments/run.py --config configs/eval.py:smoke --workdir runs/eval-smoke
+
+How trials are rolled out (engine, fleet, tokenizer, tool format, turns, reply length, sampling
+seed, compaction) is the `rollouts` block, spelled as the training configs spell it
+(configs/ppo.py), so a flag means one thing in every job.
 """
 
 import ml_collections
@@ -39,23 +43,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.policy.step = -1  # that run's step; -1 = the latest finished one
     config.policy.hf_path = ""  # or an HF safetensors dir; neither = random init (seed)
 
-    config.engine = "embedded"  # embedded (in-process JAX) | fleet (servers hold the policy)
-    config.engine_batch = 8  # sequences the embedded engine decodes together
-    config.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
-    config.fleet_router = ""  # an SGLang model gateway in front of them (configs/ppo.py)
-    config.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)
-    config.tool_format = ""  # qwen3_json | qwen3_xml; "": the checkpoint's chat template says
+    config.rollouts = ml_collections.ConfigDict()
+    r = config.rollouts
+    r.engine = "embedded"  # embedded (in-process JAX) | fleet (servers hold the policy)
+    r.engine_batch = 8  # sequences the embedded engine decodes together
+    r.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
+    r.fleet_router = ""  # an SGLang model gateway in front of them (configs/ppo.py)
+    r.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)
+    r.tool_format = ""  # qwen3_json | qwen3_xml; "": the checkpoint's chat template says
+    r.sampling_seed = -1  # -1: derived from config.seed (a rerun repeats); >= 0: this one
+    r.max_new_tokens = 256  # per turn
+    r.max_turns = 50
+    context_config(r)  # compaction (either harness): chunks of context_tokens each, a trial of
+    #                    trial_tokens (0: max_tokens) over all its chunks
 
     config.harness = "terminus"  # terminus (Terminus-2 JSON replies, as T1 reports) | tools
     config.attempts = 3  # trials per task; pass@k is reported for k = 1..attempts
     config.temperature = 1.0
     config.top_p = 1.0
-    config.sampling_seed = -1  # -1: derived from config.seed (a rerun repeats); >= 0: this one
-    config.max_new_tokens = 256  # per turn
-    config.max_turns = 50
     config.max_tokens = 2048  # token budget of a trial (every chunk; a terminus chunk)
-    context_config(config)  # compaction (either harness): chunks of context_tokens each, a
-    #                         trial of trial_tokens (0: max_tokens) over all its chunks
     config.timeout_s = 0.0  # per trial wall clock; 0 = the task's [agent] timeout_sec
     config.system_prompt = ""  # "" = the harness's own
 
@@ -65,8 +71,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg == "smoke":  # two tasks, one attempt, a few short turns
         config.task_filter = "count-log-errors,organize-files"
         config.attempts = 1
-        config.max_turns = 2
-        config.max_new_tokens = 16
+        config.rollouts.max_turns = 2
+        config.rollouts.max_new_tokens = 16
         config.harness = "tools"
     elif arg == "online":  # Terminal-Bench 2.x as Harbor runs it, where the registry and the
         # internet are reachable: the tasks' prebuilt images, network as each task allows,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from t1jax.config_file import load_config_file  # noqa: E402
+from t1jax.jobs.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.model.sizes import param_counts  # noqa: E402
 

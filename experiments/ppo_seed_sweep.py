@@ -6,10 +6,10 @@
 Each seed is the main job with --config.reuse=SOURCE (its pool, SFT actor, warm critic and base /
 SFT evaluations linked, not redone) and --config.rollouts.sampling_seed=SEED, so only the PPO
 rollouts and the PPO evaluation differ; every run resumes if the sweep is rerun. It prints, per
-seed, PPO - SFT on the held-out tasks paired by task (t1jax.paired: the mean per-task difference,
-its standard error and a bootstrap 95% interval over tasks), and pooled over the seeds (each
-task's difference averaged over the seeds, then the same interval), and writes the table to
-OUT/summary.md. About 13 minutes per seed on 2 cores.
+seed, PPO - SFT on the held-out tasks paired by task (t1jax.report.paired: the mean per-task
+difference, its standard error and a bootstrap 95% interval over tasks), and pooled over the
+seeds (each task's difference averaged over the seeds, then the same interval), and writes the
+table to OUT/summary.md. About 13 minutes per seed on 2 cores.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from t1jax.report.paired import paired_difference, per_task  # noqa: E402
 from t1jax.rollout.evaluate import read_trials  # noqa: E402
-from t1jax.paired import paired_difference, per_task  # noqa: E402
 
 
 def run_seed(source: Path, out: Path, seed: int, config: str, extra: list[str]) -> Path:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from flax import nnx  # noqa: E402
 
 from experiments.benchmarks.context_lengths import cache_bytes  # noqa: E402
-from t1jax.config_file import load_config_file  # noqa: E402
+from t1jax.jobs.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
 from t1jax.rollout import context as ctx  # noqa: E402

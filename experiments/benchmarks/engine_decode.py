@@ -28,11 +28,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from t1jax.jobs.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.model.hf_io import export_hf, num_params  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
 from t1jax.rollout.engine import SamplingParams  # noqa: E402
-from t1jax.config_file import load_config_file  # noqa: E402
 from t1jax.rollout.jax_engine import JaxEngine  # noqa: E402
 
 

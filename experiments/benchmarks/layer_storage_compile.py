@@ -33,7 +33,7 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from t1jax.config_file import load_config_file  # noqa: E402
+from t1jax.jobs.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
 

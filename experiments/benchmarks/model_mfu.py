@@ -44,7 +44,7 @@ import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from t1jax import sharding  # noqa: E402
-from t1jax.config_file import load_config_file  # noqa: E402
+from t1jax.jobs.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import ModelConfig, model_config_from  # noqa: E402
 from t1jax.model.sizes import param_counts  # noqa: E402
 from t1jax.model import dispatch as moe_dispatch  # noqa: E402

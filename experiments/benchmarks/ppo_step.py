@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 
 from configs.common import rl_config  # noqa: E402
 from t1jax import sharding  # noqa: E402
-from t1jax.config_file import load_config_file  # noqa: E402
+from t1jax.jobs.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import ModelConfig, model_config_from  # noqa: E402
 from t1jax.model.sizes import param_counts  # noqa: E402
 from t1jax.rl.trainer import Settings, Trainer  # noqa: E402

@@ -86,7 +86,7 @@ def nvidia_smi() -> str | None:
 
 
 def model_config(args):
-    from t1jax.config_file import load_config_file
+    from t1jax.jobs.config_file import load_config_file
     from t1jax.model.config import ModelConfig, model_config_from
     if args.small:
         cfg = model_config_from(load_config_file(str(ROOT / "configs/model/tiny.py")).model)

@@ -1,6 +1,7 @@
 """One module per `mode` of experiments/run.py; each has `run(config, workdir) -> exit code`.
 What they build from a config (sandboxes, task stacks, meshes, trainers, restored policies,
-live rollouts) is t1jax.jobs.build's."""
+live rollouts) is t1jax.jobs.build's; t1jax.jobs.config_file loads a config file by path for
+the scripts that take one as a plain argument."""
 
 MODES = {
     "oracle": "t1jax.jobs.oracle",

@@ -17,21 +17,25 @@ def _check(config) -> None:
     from t1jax.rollout.evaluate import HARNESSES, INTERNET_POLICIES
     if config.harness not in HARNESSES:
         raise UsageError(f"config.harness={config.harness!r}; choose one of {HARNESSES}")
-    if config.engine not in ENGINES:
-        raise UsageError(f"config.engine={config.engine!r}; choose one of {ENGINES}")
+    r = config.rollouts
+    if r.engine not in ENGINES:
+        raise UsageError(f"config.rollouts.engine={r.engine!r}; choose one of {ENGINES}")
     if config.internet_tasks not in INTERNET_POLICIES:
         raise UsageError(f"config.internet_tasks={config.internet_tasks!r}; choose one of "
                          f"{INTERNET_POLICIES}")
-    if config.engine == "fleet" and not config.fleet_urls:
-        raise UsageError("config.engine='fleet' needs config.fleet_urls")
-    if config.engine == "fleet" and (config.policy.checkpoint or config.policy.hf_path):
-        raise UsageError("config.engine='fleet' evaluates what the servers hold; drop "
+    if r.engine == "fleet" and not r.fleet_urls:
+        raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
+    if r.engine == "fleet" and (config.policy.checkpoint or config.policy.hf_path):
+        raise UsageError("config.rollouts.engine='fleet' evaluates what the servers hold; drop "
                          "config.policy.checkpoint / hf_path (load them into the servers)")
     if config.policy.checkpoint and config.policy.hf_path:
         raise UsageError("set config.policy.checkpoint or config.policy.hf_path, not both")
-    for name in ("attempts", "max_new_tokens", "max_turns", "max_tokens", "engine_batch"):
-        if config[name] < 1:
-            raise UsageError(f"config.{name} must be >= 1, got {config[name]}")
+    for name, value in (("attempts", config.attempts),
+                        ("rollouts.max_new_tokens", r.max_new_tokens),
+                        ("rollouts.max_turns", r.max_turns), ("max_tokens", config.max_tokens),
+                        ("rollouts.engine_batch", r.engine_batch)):
+        if value < 1:
+            raise UsageError(f"config.{name} must be >= 1, got {value}")
     if config.sandbox.concurrency < 1:
         raise UsageError(f"config.sandbox.concurrency must be >= 1, got "
                          f"{config.sandbox.concurrency}")
@@ -78,31 +82,30 @@ def run(config, workdir: Path) -> int:
     tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
                                  task_filter=config.task_filter)
 
-    tok = build.tokenizer(config.tokenizer)
+    r = config.rollouts
+    tok = build.tokenizer(r.tokenizer)
     from t1jax.model.config import model_config_from
     from t1jax.rollout import context as ctx
     try:
-        context = ctx.from_config(config, model_config_from(config.model).max_position_embeddings,
+        context = ctx.from_config(r, model_config_from(config.model).max_position_embeddings,
                                   config.max_tokens)
     except ValueError as err:
         raise UsageError(f"config: {err}") from err
     engine_len = context.budget if context is not None else config.max_tokens  # one chunk
     # with compaction a trial may span chunks: its own budget (0: one engine context)
-    trial_tokens = (config.get("trial_tokens", 0) if context is not None else 0) \
-        or config.max_tokens
-    if config.engine == "embedded":
+    trial_tokens = (r.get("trial_tokens", 0) if context is not None else 0) or config.max_tokens
+    if r.engine == "embedded":
         from t1jax.rollout.batching import embedded_engine
         model, default_label = load_policy(config)
         if tok.get_vocab_size() > model.model.cfg.vocab_size:
             raise UsageError(f"the tokenizer has {tok.get_vocab_size()} ids but the model's "
                              f"vocab_size is {model.model.cfg.vocab_size}")
-        engine = embedded_engine(model, max_batch=config.engine_batch,
+        engine = embedded_engine(model, max_batch=r.engine_batch,
                                  max_len=engine_len, weight_version=default_label)
     else:
         from t1jax.rollout.sglang import FleetEngine
-        engine = FleetEngine(build.fleet_client(config.fleet_urls,
-                                                model_config_from(config.model),
-                                                config.get("fleet_router", "")),
+        engine = FleetEngine(build.fleet_client(r.fleet_urls, model_config_from(config.model),
+                                                r.get("fleet_router", "")),
                              engine_len)
         default_label = "fleet"
     label = config.label or default_label
@@ -110,8 +113,8 @@ def run(config, workdir: Path) -> int:
     stack = build.task_stack(config, tasks, tok)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                              max_new_tokens=config.max_new_tokens)
-    seed = config.get("sampling_seed", -1)
+                              max_new_tokens=r.max_new_tokens)
+    seed = r.get("sampling_seed", -1)
     seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)
     with job_progress() as progress:
         builds = progress.add_task("build task images", total=len(tasks), info="")
@@ -133,7 +136,7 @@ def run(config, workdir: Path) -> int:
                 harness=config.harness, sampling=sampling, limits=stack.limits,
                 scale=stack.scale,
                 out_dir=workdir, concurrency=config.sandbox.concurrency,
-                max_turns=config.max_turns, max_tokens=trial_tokens,
+                max_turns=r.max_turns, max_tokens=trial_tokens,
                 timeout_s=config.timeout_s or None,
                 command_timeout_s=config.sandbox.command_timeout_s,
                 max_observation_bytes=config.sandbox.max_output_bytes,
@@ -141,8 +144,8 @@ def run(config, workdir: Path) -> int:
                 allow_network=config.sandbox.allow_network,
                 internet_tasks=config.internet_tasks, run_id=run_id, context=context,
                 seed=seed, progress=tick, tool_format=chat.resolve_tool_format(
-                    config.get("tool_format", ""), config.policy.get("hf_path", ""),
-                    os.path.dirname(config.tokenizer)))
+                    r.get("tool_format", ""), config.policy.get("hf_path", ""),
+                    os.path.dirname(r.tokenizer)))
         finally:
             stack.backend.reap(run_id)  # whatever an interrupt left running
         # skipped tasks never get a trial: fill the bar so it ends complete

@@ -189,8 +189,8 @@ def _paired_pairs(evals: dict) -> list[tuple[str, str]]:
 
 
 def _paired_table(evals: dict) -> list[str]:
-    """Differences paired by task, with their noise (t1jax.paired)."""
-    from t1jax.paired import paired_difference
+    """Differences paired by task, with their noise (t1jax.report.paired)."""
+    from t1jax.report.paired import paired_difference
     rows = []
     for before, after in _paired_pairs(evals):
         a, b = evals[before]["trials"], evals[after]["trials"]

@@ -16,10 +16,10 @@ import re
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from t1jax.llm import chat
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.audit_static import (check_coverage, file_texts, instruction_clarity,
                                      output_paths, secret_files, solution_substance, static_leaks)
+from t1jax.tasks.llm import chat
 from t1jax.tasks.validate import run_episode
 from t1jax.verify.reward import INVARIANT, pool_scale, static_assertion_count
 

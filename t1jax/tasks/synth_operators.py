@@ -379,7 +379,7 @@ class LLMRewrite(Operator):
     needs_outputs = False
 
     def rewrite(self, parent: Parent) -> Rewrite:
-        from t1jax.llm import LLMError, chat  # only runs that use a model need it
+        from t1jax.tasks.llm import LLMError, chat  # only runs that use a model need it
         try:
             reply = chat(messages=llm_prompt(parent, self.prefix(parent)),
                          **dataclasses.asdict(self.config))

@@ -13,7 +13,8 @@ from t1jax.jobs import MODES
 ROOT = Path(__file__).resolve().parents[2]
 JOB_CONFIGS = {
     "oracle": [None, "smoke"], "audit": [None], "synth": [None], "pool": [None],
-    "ppo": [None, "sft", "critic_warmup"], "eval": [None, "smoke"], "tiny_cpu": [None],
+    "ppo": [None, "sft", "critic_warmup"], "eval": [None, "smoke", "online", "offline"],
+    "tiny_cpu": [None],
     "qwen3_30b_a3b": [None, "sft", "critic_warmup"],
     "qwen3_235b_a22b": [None, "sft", "critic_warmup"],
     "t1_qwen35_122b": [None, "sft", "critic_warmup"],
@@ -41,6 +42,16 @@ def test_config_loads_and_locks(name, arg):
     config.lock()
     with pytest.raises(AttributeError):
         config.no_such_option = 1
+
+
+def test_eval_spells_rollout_knobs_as_training_does():
+    """One spelling per knob (issue #28): what the training configs keep under rollouts.* the
+    eval job keeps there too. task_filter stays top-level, as the oracle, audit and synth jobs
+    spell it."""
+    evaluation = importlib.import_module("configs.eval").get_config()
+    rollouts = importlib.import_module("configs.ppo").get_config().rollouts
+    assert set(evaluation.keys()) & set(rollouts.keys()) == {"task_filter"}
+    assert set(evaluation.rollouts.keys()) <= set(rollouts.keys())
 
 
 def test_model_configs_build_model_configs():

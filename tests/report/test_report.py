@@ -314,7 +314,7 @@ if __name__ == "__main__":
 def test_paired_difference_by_task():
     """Each task's attempts averaged first, then the mean per-task difference, its standard
     error and a seeded bootstrap interval over tasks; skipped trials never count."""
-    from t1jax.paired import paired_difference
+    from t1jax.report.paired import paired_difference
     rng = np.random.RandomState(0)
     solved_before, solved_after = rng.rand(10, 3) < 0.3, rng.rand(10, 3) < 0.6
 

@@ -262,10 +262,10 @@ def test_eval_job_end_to_end(docker_backend, tmp_path):
     workdir = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "experiments" / "run.py"),
            "--config", str(ROOT / "configs" / "eval.py") + ":smoke", "--workdir", str(workdir),
-           "--config.tasks", str(SEED), "--config.engine", "embedded",
+           "--config.tasks", str(SEED), "--config.rollouts.engine", "embedded",
            "--config.system_prompt", "Use bash.", "--config.max_tokens", "1280",
-           "--config.engine_batch", "2", "--config.max_new_tokens", "8",
-           "--config.max_turns", "2", "--config.attempts", "1"]
+           "--config.rollouts.engine_batch", "2", "--config.rollouts.max_new_tokens", "8",
+           "--config.rollouts.max_turns", "2", "--config.attempts", "1"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -293,8 +293,8 @@ def test_an_evaluation_that_runs_nothing_fails_and_says_why(docker_backend, tmp_
                toml_sub=("allow_internet = false", "allow_internet = true"))
     cmd = [sys.executable, str(ROOT / "experiments" / "run.py"),
            "--config", str(ROOT / "configs" / "eval.py") + ":smoke", "--workdir",
-           str(tmp_path / "run"), "--config.tasks", str(tasks), "--config.engine", "embedded",
-           "--config.task_filter", ""]
+           str(tmp_path / "run"), "--config.tasks", str(tasks),
+           "--config.rollouts.engine", "embedded", "--config.task_filter", ""]
     proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -108,7 +108,8 @@ def test_eval_job_runs_every_task_and_says_so(corpus, network_backend, tmp_path)
     done = subprocess.run(
         [sys.executable, "experiments/run.py", "--config", "configs/eval.py:offline",
          "--workdir", str(workdir), f"--config.tasks={CORPUS}", "--config.attempts=1",
-         "--config.max_turns=1", "--config.max_new_tokens=8", "--config.harness=tools",
+         "--config.rollouts.max_turns=1", "--config.rollouts.max_new_tokens=8",
+         "--config.harness=tools",
          "--config.sandbox.build_network=host", "--config.sandbox.concurrency=3"],
         cwd=REPO, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
