@@ -6,6 +6,7 @@ where a missing engine is a failure rather than a silently green run.
 """
 
 import os
+from pathlib import Path
 
 # Before anything imports JAX: tests of sharded code see 8 host devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -86,6 +87,31 @@ def make_sandbox(docker_client, runtime):
     return make
 
 
+# The bundled task the agent and trial tests drive, and a command that solves it.
+COUNT_LOG_TASK = Path(__file__).resolve().parents[1] / "t1jax" / "tasks" / "seed_tasks" / \
+    "count-log-errors"
+COUNT_LOG_SOLVE = (
+    "cd /app && awk '$3 == \"[ERROR]\" { sub(/^service=/, \"\", $4); c[$4]++ } "
+    "END { for (s in c) print s \": \" c[s] }' logs/*.log | sort -t: -k2,2nr -k1,1 "
+    "> report.txt && awk -F': ' '{ t += $2 } END { print \"TOTAL: \" t }' report.txt "
+    ">> report.txt && cat report.txt")
+
+
+def packed_pair(tokens, a: int):
+    """Rows 0 and 1 of `tokens` packed into row 0 (the first `a` tokens of row 0, then row 1's
+    first len - a), with the segment ids and restarting positions the trainer packs with:
+    (packed tokens, segment_ids, positions, b)."""
+    import numpy as np
+    b = tokens.shape[1] - a
+    packed = tokens.copy()
+    packed[0] = np.concatenate([tokens[0, :a], tokens[1, :b]])
+    segment_ids = np.ones_like(tokens)
+    segment_ids[0, a:] = 2
+    positions = np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape).copy()
+    positions[0, a:] = np.arange(b)
+    return packed, segment_ids, positions, b
+
+
 _TINY = {"qwen3_moe": "tiny", "qwen3_5_moe": "tiny_qwen35"}
 _TINY_MODELS = {}
 
@@ -159,7 +185,6 @@ def run_toy_recipe(workdir, config="tiny_cpu.py", *extra, kill_at=None):
     import signal
     import subprocess
     import sys
-    from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "T1JAX_KILL_AT"}
     if kill_at:

@@ -18,6 +18,7 @@ from flax import nnx  # noqa: E402
 from t1jax.model.config import ModelConfig  # noqa: E402
 from t1jax.model.hf_io import load_hf  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
+from conftest import packed_pair  # noqa: E402
 
 BASE = dict(vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -180,13 +181,8 @@ def test_packed_segments(setup):
     sample's own logits and routes: no attention across the segment boundary."""
     _, cfg, model = setup
     tokens = tokens_for(cfg, seed=3)
-    a, b = 5, tokens.shape[1] - 5
-    packed = tokens.copy()
-    packed[0] = np.concatenate([tokens[0, :a], tokens[1, :b]])
-    segment_ids = np.ones_like(tokens)
-    segment_ids[0, a:] = 2
-    positions = np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape).copy()
-    positions[0, a:] = np.arange(b)
+    a = 5
+    packed, segment_ids, positions, b = packed_pair(tokens, a)
     out = run(model, packed, segment_ids, positions)
     ref = run(model, tokens)  # causal: a row's prefix has the prefix's logits
     np.testing.assert_allclose(np.asarray(out.logits[0, :a]), np.asarray(ref.logits[0, :a]),

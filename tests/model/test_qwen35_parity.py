@@ -25,6 +25,7 @@ from t1jax.model.cache import KVCache  # noqa: E402
 from t1jax.model.config import ModelConfig  # noqa: E402
 from t1jax.model.hf_io import export_hf, load_hf  # noqa: E402
 from t1jax.model.transformer import CausalLM, ValueModel  # noqa: E402
+from conftest import packed_pair  # noqa: E402
 
 import test_model_parity as parity  # noqa: E402
 from test_model_parity import run, tokens_for  # noqa: E402
@@ -117,13 +118,8 @@ def test_padding_and_packing(setup):
     np.testing.assert_allclose(np.asarray(out.logits[1, :real]), ref_logits[1, :real],
                                rtol=0, atol=ATOL)
 
-    a, b = 5, tokens.shape[1] - 5
-    packed = tokens.copy()
-    packed[0] = np.concatenate([tokens[0, :a], tokens[1, :b]])
-    seg = np.ones_like(tokens)
-    seg[0, a:] = 2
-    positions = np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape).copy()
-    positions[0, a:] = np.arange(b)
+    a = 5
+    packed, seg, positions, b = packed_pair(tokens, a)
     out = run(model, packed, seg, positions)
     ref = run(model, tokens)
     np.testing.assert_allclose(np.asarray(out.logits[0, :a]), np.asarray(ref.logits[0, :a]),

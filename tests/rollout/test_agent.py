@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,15 +29,12 @@ from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
 from t1jax.verify.verifier import verify
+from conftest import COUNT_LOG_SOLVE, COUNT_LOG_TASK
 
-TASK_DIR = Path(__file__).resolve().parents[2] / "t1jax" / "tasks" / "seed_tasks" / \
-    "count-log-errors"
+TASK_DIR = COUNT_LOG_TASK
 LAYERS, K = 3, 2
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=256)
-SOLVE = ("cd /app && awk '$3 == \"[ERROR]\" { sub(/^service=/, \"\", $4); c[$4]++ } "
-         "END { for (s in c) print s \": \" c[s] }' logs/*.log | sort -t: -k2,2nr -k1,1 "
-         "> report.txt && awk -F': ' '{ t += $2 } END { print \"TOTAL: \" t }' report.txt "
-         ">> report.txt && cat report.txt")
+SOLVE = COUNT_LOG_SOLVE
 
 
 class ScriptedEngine:

@@ -11,7 +11,6 @@ import threading
 import time
 import types
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.sandbox.base import SandboxError
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
+from conftest import COUNT_LOG_SOLVE, COUNT_LOG_TASK
 
 TURN_S = 0.02
 
@@ -170,13 +170,9 @@ def test_bad_arguments():
 
 # ---- one real trial on Docker ----------------------------------------------------------------
 
-TASK_DIR = Path(__file__).resolve().parents[2] / "t1jax" / "tasks" / "seed_tasks" / \
-    "count-log-errors"
+TASK_DIR = COUNT_LOG_TASK
 LAYERS, K = 3, 2
-SOLVE = ("cd /app && awk '$3 == \"[ERROR]\" { sub(/^service=/, \"\", $4); c[$4]++ } "
-         "END { for (s in c) print s \": \" c[s] }' logs/*.log | sort -t: -k2,2nr -k1,1 "
-         "> report.txt && awk -F': ' '{ t += $2 } END { print \"TOTAL: \" t }' report.txt "
-         ">> report.txt && cat report.txt")
+SOLVE = COUNT_LOG_SOLVE
 
 
 class Scripted:

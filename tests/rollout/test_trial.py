@@ -5,7 +5,6 @@ lets through, and that it never leaves a sandbox behind (unless told to keep a s
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -13,13 +12,10 @@ from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
+from conftest import COUNT_LOG_SOLVE, COUNT_LOG_TASK
 
-TASK_DIR = Path(__file__).resolve().parents[2] / "t1jax" / "tasks" / "seed_tasks" / \
-    "count-log-errors"
-SOLVE = ("cd /app && awk '$3 == \"[ERROR]\" { sub(/^service=/, \"\", $4); c[$4]++ } "
-         "END { for (s in c) print s \": \" c[s] }' logs/*.log | sort -t: -k2,2nr -k1,1 "
-         "> report.txt && awk -F': ' '{ t += $2 } END { print \"TOTAL: \" t }' report.txt "
-         ">> report.txt")
+TASK_DIR = COUNT_LOG_TASK
+SOLVE = COUNT_LOG_SOLVE
 
 
 class Stopped(Exception):
