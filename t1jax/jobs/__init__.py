@@ -16,3 +16,13 @@ MODES = {
 
 class UsageError(ValueError):
     """A config value that cannot work; experiments/run.py prints it as a usage error."""
+
+
+def check_choices(config, choices: dict) -> None:
+    """Each dotted config key in `choices` must hold one of its allowed values."""
+    for key, allowed in choices.items():
+        value = config
+        for part in key.split("."):
+            value = value[part]
+        if value not in allowed:
+            raise UsageError(f"config.{key}={value!r}; choose one of {tuple(allowed)}")

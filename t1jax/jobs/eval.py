@@ -8,21 +8,16 @@ import sys
 import time
 from pathlib import Path
 
-from t1jax.jobs import UsageError, build
+from t1jax.jobs import UsageError, build, check_choices
 
 ENGINES = ("embedded", "fleet")
 
 
 def _check(config) -> None:
     from t1jax.rollout.evaluate import HARNESSES, INTERNET_POLICIES
-    if config.harness not in HARNESSES:
-        raise UsageError(f"config.harness={config.harness!r}; choose one of {HARNESSES}")
+    check_choices(config, {"harness": HARNESSES, "rollouts.engine": ENGINES,
+                           "internet_tasks": INTERNET_POLICIES})
     r = config.rollouts
-    if r.engine not in ENGINES:
-        raise UsageError(f"config.rollouts.engine={r.engine!r}; choose one of {ENGINES}")
-    if config.internet_tasks not in INTERNET_POLICIES:
-        raise UsageError(f"config.internet_tasks={config.internet_tasks!r}; choose one of "
-                         f"{INTERNET_POLICIES}")
     if r.engine == "fleet" and not r.fleet_urls:
         raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
     if r.engine == "fleet" and (config.policy.checkpoint or config.policy.hf_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from absl import logging
 
-from t1jax.jobs import UsageError, build
+from t1jax.jobs import UsageError, build, check_choices
 
 STAGES = ("ppo", "critic_warmup", "sft")
 SCHEDULES = ("sync", "one_step_off")
@@ -19,13 +19,7 @@ SOURCES = ("live", "recorded")
 
 
 def _check(config) -> None:
-    if config.stage not in STAGES:
-        raise UsageError(f"config.stage={config.stage!r}; choose one of {STAGES}")
-    if config.schedule not in SCHEDULES:
-        raise UsageError(f"config.schedule={config.schedule!r}; choose one of {SCHEDULES}")
-    if config.rollouts.source not in SOURCES:
-        raise UsageError(f"config.rollouts.source={config.rollouts.source!r}; choose one of "
-                         f"{SOURCES}")
+    check_choices(config, {"stage": STAGES, "schedule": SCHEDULES, "rollouts.source": SOURCES})
     if config.rollouts.source == "recorded" and not config.rollouts.recorded_dir \
             and config.stage != "sft":
         raise UsageError("config.rollouts.source='recorded' needs config.rollouts.recorded_dir")
