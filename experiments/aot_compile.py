@@ -1,5 +1,5 @@
 """Compile a config's training and engine steps for a TPU topology ahead of time, on any host,
-and report memory per chip, FLOPs, collectives, estimated step time and MFU (t1jax/aot.py).
+and report memory per chip, FLOPs, collectives, estimated step time and MFU (t1jax/jobs/aot.py).
 
   python -m venv .venv-tpu && .venv-tpu/bin/pip install -r requirements-tpu.txt
   .venv-tpu/bin/python experiments/aot_compile.py --config configs/qwen3_30b_a3b.py \
