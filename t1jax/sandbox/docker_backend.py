@@ -88,6 +88,11 @@ class DockerBackend:
                     removed += 1
                 except docker.errors.NotFound:
                     pass
+                except docker.errors.APIError as err:
+                    if err.status_code != 409:
+                        raise
+                    # 409: another process's reap or close is removing it already (two jobs,
+                    # or two test workers, reaping the same dead run at once)
         for image in self.client.api.images(filters=owner):  # raw list: no per-image inspect
             tags = image.get("RepoTags") or []
             if any(t.startswith("t1jax-snapshot:") for t in tags) and \
