@@ -241,6 +241,8 @@ class Recipe:
                 system_prompt=self.config.agent.system_prompt,
                 progress=killing_progress(count_bar(self.bars, "SFT data: oracle episodes",
                                                     len(s.tasks)), "sft_data", "episode"))
+            if self.config.sft.teacher_slips:
+                samples, skipped = self._add_slips(s, samples, skipped)
             for task_id, why in skipped:
                 logging.warning("SFT data: skipped %s: %s", task_id, why)
             save_dataset(samples, data, skipped=len(skipped))
@@ -252,6 +254,24 @@ class Recipe:
                                                        self.config.sft.steps)),
                  progress=metric_bar(self.bars, "SFT", self.config.sft.steps, "sft/nll"))
         _mark(out)
+
+    def _add_slips(self, s, samples: list, skipped: list) -> tuple[list, list]:
+        """The teacher's slip on every train task (attempt 1 beside the reference's 0), played
+        and verified like the reference and kept only as a clean miss."""
+        from t1jax.rollout.oracle_data import oracle_samples
+        from t1jax.tasks import families
+        instances = json.loads((self.pool_dir / "split.json").read_text())["instances"]
+        cfg = self.config.model
+        slips, missed = oracle_samples(
+            s.tasks, s.backend, s.tokenizer, s.scale, num_layers=cfg.num_hidden_layers,
+            top_k=cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
+            limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
+            final_answer=families.FINAL_ANSWER, system_prompt=self.config.agent.system_prompt,
+            commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
+            want_solved=False, source="slip", attempt=1,
+            progress=killing_progress(count_bar(self.bars, "SFT data: teacher slips",
+                                                len(s.tasks)), "sft_data", "episode"))
+        return samples + slips, skipped + [(tid, f"slip: {why}") for tid, why in missed]
 
     def _live(self, trainer, out: Path, stage: str):
         return build.live_rollouts(self.config, trainer, out, self.stack(),

@@ -279,13 +279,18 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
                    max_len: int = 32768, attempt: int = 0, run_id: str | None = None,
                    images: dict | None = None, final_answer: str = FINAL_ANSWER,
                    system_prompt: str | None = None, tool_format: str = "qwen3_json",
-                   progress=None) -> tuple[list[Sample], list[tuple[str, str]]]:
+                   progress=None, commands_of=oracle_commands, want_solved: bool = True,
+                   source: str = "oracle") -> tuple[list[Sample], list[tuple[str, str]]]:
     """Play every task's reference solution through the agent loop in a fresh sandbox, verify
     it, and keep the solved episodes as Samples (task order). `skipped` lists (task_id, reason)
     for the rest: no or unsplittable solution, build failure, rollout error, verifier failure,
     or unresolved. images: task_id -> built image, reused and filled in. system_prompt: the
     one the policy's own rollouts will use (default: the agent's); tool_format: the form its
-    calls take (chat.TOOL_FORMATS), the policy's own."""
+    calls take (chat.TOOL_FORMATS), the policy's own.
+
+    commands_of(task) -> (commands, whole-script reasons) replaces the reference solution with
+    another teacher's; want_solved=False keeps only the episodes the verifier says are *not*
+    solved (a teacher's slips, which must really miss the goal); `source` tags the samples."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     run_id = run_id or f"sft-oracle-{uuid.uuid4().hex[:8]}"
@@ -296,7 +301,7 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
     def one(task) -> tuple[Sample | None, str | None]:
         tid = task.task_id
         try:
-            commands, reasons = oracle_commands(task)
+            commands, reasons = commands_of(task)
         except (ValueError, OSError) as err:
             return None, f"solution: {err}"
         try:
@@ -330,14 +335,16 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
         if outcome.verify_error is not None:
             return None, f"verifier failed: {outcome.error}"
         traj, report, agent_s = outcome.played, outcome.report, outcome.play_s
-        if not report.solved:
-            why = report.error or (f"tampered {report.tampered}" if report.tampered else "")
-            return None, (f"unresolved: {report.passed}/{report.total} assertions passed"
+        why = report.error or (f"tampered {report.tampered}" if report.tampered else "")
+        if report.solved != want_solved or (why and not want_solved):
+            # a slip is kept only as a clean miss: a verifier error or tampering is no lesson
+            return None, (("unresolved" if want_solved else "not a clean miss")
+                          + f": {report.passed}/{report.total} assertions passed"
                           + (f" ({why})" if why else ""))
         sample = make_sample(traj, report, tid, attempt)
         failed = [(c.command.splitlines()[0][:80], c.exit_code)
                   for r in traj.records for c in r.commands if c.exit_code != 0]
-        sample.metadata.update(source="oracle", commands=len(commands),
+        sample.metadata.update(source=source, commands=len(commands),
                                whole_script=reasons, nonzero_exits=failed,
                                agent_s=round(agent_s, 3))
         return sample, None

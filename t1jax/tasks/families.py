@@ -141,6 +141,28 @@ def test_sorted():
 }
 
 
+# A careless teacher's slip per family: a command of the same shape as the reference that
+# misses the goal (a forgotten suffix, one directory of two, no mkdir, > for >>, wc naming its
+# file, cat for sort). configs/tiny_cpu.py's SFT data show it beside the reference on every
+# train task, so SFT imitates a teacher right half the time; what reward can then teach, and
+# imitation cannot, is to stop slipping (docs/probes.md, "A teacher that slips").
+_SLIPS = {
+    "write": "echo {second} > {key}",
+    "mkdir": "mkdir {key}",
+    "copy": "cp data/{second}.txt {key}",
+    "append": "echo {key} > data/{second}.txt",
+    "count": "wc -l data/{second}.txt > {key}.txt",
+    "sort": "cat data/{second}.txt > {key}.txt",
+}
+
+
+def slip_command(family: str, key: str, second: str) -> str:
+    """The teacher's slip on this instance: looks like the reference, never solves it."""
+    if family not in _SLIPS:
+        raise ValueError(f"unknown family {family!r}; known: {FAMILIES}")
+    return _SLIPS[family].format(key=key, second=second)
+
+
 def render(family: str, key: str, second: str) -> tuple[str, str, str, str | None]:
     """(instruction, solve.sh command, test functions, fixture the task may change)."""
     if family not in _TEMPLATES:
@@ -361,4 +383,4 @@ def family_corpus(pool_dir_or_tasks=None, *, system_prompt: str = SYSTEM_PROMPT,
 
 
 __all__ = ["ENTITIES", "FAMILIES", "FINAL_ANSWER", "FIXTURES", "SYSTEM_PROMPT", "family_corpus",
-           "plan_split", "render", "task_id", "write_family_pool", "write_task"]
+           "plan_split", "render", "slip_command", "task_id", "write_family_pool", "write_task"]

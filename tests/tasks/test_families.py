@@ -127,3 +127,42 @@ def test_oracle_passes_and_nothing_fails_in_docker(pool, tmp_path, docker_backen
         docker_backend.reap(run_id)
     assert summary["tasks"] == len(chosen)
     assert summary["pool_healthy"], (tmp_path / "val" / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_teacher_slips_are_clean_misses_in_docker(pool, docker_backend):
+    """Each family's slip, played like an oracle through the real agent loop, misses its task's
+    goal with a clean verifier run, so oracle_samples(want_solved=False) keeps it as SFT data
+    tagged `slip`; the reference, which solves, is not kept under that rule."""
+    from t1jax.rollout.oracle_data import oracle_commands, oracle_samples
+    out, plan = pool
+    tasks = [load_task(out / "train" / next(t for t in plan["train"]
+                                            if plan["instances"][t][0] == family))
+             for family in families.FAMILIES]
+    tok = train_tokenizer(512, corpus=families.family_corpus(out))
+    slip_of = {t.task_id: families.slip_command(*plan["instances"][t.task_id]) for t in tasks}
+    for t in tasks:  # a slip differs from the reference, in the reference's shape
+        (reference,), _ = oracle_commands(t)
+        assert slip_of[t.task_id] != reference
+        assert slip_of[t.task_id].split()[0] in ("echo", "mkdir", "cp", "wc", "cat")
+    run_id = f"test-slips-{uuid.uuid4().hex[:6]}"
+    common = dict(num_layers=1, top_k=1, workers=3, run_id=run_id, want_solved=False,
+                  final_answer=families.FINAL_ANSWER, system_prompt=families.SYSTEM_PROMPT)
+    images: dict = {}
+    try:
+        slips, missed = oracle_samples(tasks, docker_backend, tok, pool_scale(tasks),
+                                       images=images, source="slip", attempt=1,
+                                       commands_of=lambda t: ([slip_of[t.task_id]], []),
+                                       **common)
+        kept, refused = oracle_samples(tasks, docker_backend, tok, pool_scale(tasks),
+                                       images=images, **common)
+    finally:
+        docker_backend.reap(run_id)
+    assert missed == []
+    assert [s.metadata["task_id"] for s in slips] == [t.task_id for t in tasks]
+    for s in slips:
+        report = s.metadata["verifier"]
+        assert s.metadata["source"] == "slip" and s.metadata["attempt"] == 1
+        assert not report["solved"] and report["passed"] < report["total"]
+        assert slip_of[s.metadata["task_id"]] in tok.decode(s.tokens.tolist())
+    assert kept == [] and all(why.startswith("not a clean miss: ") for _, why in refused)
