@@ -64,6 +64,21 @@ def test_recipe_runs_every_phase_and_resumes(toy_run, tmp_path):
     assert ablation_timed == ["ppo", "eval"]
 
 
+def test_sft_data_hold_the_reference_and_the_teacher_slip_of_every_train_task(toy_run):
+    """The main job's SFT data (sft.teacher_slips, its default): each train task's reference
+    episode (attempt 0, solved) beside its teacher's slip (attempt 1, a clean miss)."""
+    from t1jax.rollout.sample import load_samples
+    from t1jax.tasks import families
+    split = json.loads((toy_run / "pool" / "split.json").read_text())
+    samples = load_samples(toy_run / "sft" / "sft_data")
+    got = {(s.metadata["task_id"], s.metadata["attempt"]): s.metadata for s in samples}
+    assert sorted(got) == sorted((t, a) for t in split["train"] for a in (0, 1))
+    for (task_id, attempt), meta in got.items():
+        assert meta["source"] == ("oracle", "slip")[attempt]
+        assert meta["verifier"]["solved"] == (attempt == 0), (task_id, attempt)
+    assert "echo" in families.slip_command(*split["instances"][split["train"][0]])
+
+
 def test_sft_data_a_killed_run_left_half_written_is_made_again(toy_run, tmp_path):
     """Killed while saving the SFT samples, a run leaves some of them and no COMPLETE marker:
     the rerun makes the whole set again instead of training on the part."""
