@@ -4,10 +4,10 @@
 
 Generates short shell task families (train, validation and test splits; validation and test
 hold out entity/family combinations and fresh instances), trains a tokenizer for them,
-validates the pool with the oracle, plays the oracle solutions through the agent loop as SFT
-data, trains SFT, Critic Warm-Up and PPO (R3, TITO, dense reward), evaluates base / SFT / PPO on
-the test split (3 attempts each; SFT and PPO on validation too), and writes `report/` (plots,
-summary.md, trajectories.html). Re-run the same command to resume. Run a subset of phases with
+validates the pool with the oracle, plays the oracle solutions and a slipping teacher's
+through the agent loop as SFT data, trains SFT, Critic Warm-Up and PPO (R3, TITO, dense
+reward), evaluates base / SFT / PPO on the test split (3 attempts each; SFT and PPO on
+validation too), and writes `report/` (plots, summary.md, trajectories.html). Re-run the same command to resume. Run a subset of phases with
 --config.phases=pool,oracle,sft (phases: pool, oracle, sft, warmup, ppo, eval, report).
 About 27 minutes on 2 idle cores (README has the phase times and the held-out table of one run).
 """
