@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 
 from absl import logging
@@ -104,9 +105,23 @@ def _log_time(workdir: Path, phase: str, seconds: float) -> None:
                             "time": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
 
 
-def _mark(path: Path, info: dict | None = None) -> None:
+def _mark(path: Path, info: dict | None = None, made_from: dict | None = None) -> None:
+    """DONE, with a fresh id for what the phase made and the ids of what it was made from."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / "DONE").write_text(json.dumps(info or {}) + "\n")
+    lineage = {} if made_from is None else {"id": uuid.uuid4().hex, "from": made_from}
+    (path / "DONE").write_text(json.dumps({**(info or {}), **lineage}) + "\n")
+
+
+# The training phases each finished phase was made from. Checked on every start: a workdir whose
+# upstream changed under it (a --config.reuse source run again, a phase deleted and redone)
+# would otherwise pair the results of two different runs without a word.
+UPSTREAM = {"sft": (), "warmup": ("sft",), "ppo": ("sft", "warmup")}
+
+
+def done_id(path: Path) -> str | None:
+    """The id a finished phase's DONE records (None: unfinished, or made before ids were)."""
+    marker = path / "DONE"
+    return json.loads(marker.read_text() or "{}").get("id") if marker.is_file() else None
 
 
 def _per_category(tasks, n: int):
@@ -174,6 +189,35 @@ class Recipe:
         labels = [("base", "test"), ("sft", "test"), ("ppo", "test")]
         return labels + ([("sft", "validation"), ("ppo", "validation")]
                          if self.split("validation") else [])
+
+    def made_from(self, phase: str) -> dict:
+        return {up: done_id(self.workdir / up) for up in UPSTREAM[phase]}
+
+    def check_lineage(self, wanted) -> None:
+        """The finished phases this job would skip or report (of `wanted`) were made from the
+        phases the workdir holds now; else a UsageError naming what to remove."""
+        stale = []
+        for phase in [p for p in UPSTREAM if p in wanted]:
+            marker = self.workdir / phase / "DONE"
+            made = json.loads(marker.read_text() or "{}").get("from") if marker.is_file() else None
+            if made is not None and made != self.made_from(phase):
+                stale.append(f"{self.workdir / phase} (made from another "
+                             f"{' / '.join(UPSTREAM[phase])})")
+        reported = {"eval", "report"} & set(wanted)
+        # every final evaluation that may exist (not final_labels: it reads the pool, which a
+        # fresh workdir has not written yet)
+        evaluated = [(label, split) for label in ("sft", "ppo") for split in ("test", "validation")]
+        for label, split in evaluated if reported else []:
+            record = self.eval_dir(label, split) / "FROM"
+            if record.is_file() and \
+                    json.loads(record.read_text())["id"] != done_id(self.workdir / label):
+                stale.append(f"{self.eval_dir(label, split)} (an evaluation of another {label})")
+        if stale:
+            raise UsageError(
+                "this workdir's results were made from phases it no longer holds (a "
+                "--config.reuse source made again, or a phase redone): " + "; ".join(stale)
+                + ". They would be reported against results of another run: remove them "
+                "(they are made again) or use a new --workdir")
 
     def finished(self, phase: str) -> bool:
         if phase == "eval":
@@ -253,7 +297,7 @@ class Recipe:
                                   checkpoint_every=min(self.config.sft.checkpoint_every,
                                                        self.config.sft.steps)),
                  progress=metric_bar(self.bars, "SFT", self.config.sft.steps, "sft/nll"))
-        _mark(out)
+        _mark(out, made_from=self.made_from("sft"))
 
     def _add_slips(self, s, samples: list, skipped: list) -> tuple[list, list]:
         """The teacher's slip on every train task (attempt 1 beside the reference's 0), played
@@ -289,7 +333,7 @@ class Recipe:
                  loop.LoopOptions(steps=self.config.warmup.steps, stage="critic_warmup"),
                  progress=metric_bar(self.bars, "Critic Warm-Up", self.config.warmup.steps,
                                      "critic/explained_variance"))
-        _mark(out)
+        _mark(out, made_from=self.made_from("warmup"))
 
     def ppo(self) -> None:
         from t1jax.checkpoint import finalized_steps
@@ -327,7 +371,7 @@ class Recipe:
         loop.run(trainer, self._live(trainer, out, "ppo"), out,
                  loop.LoopOptions(steps=self.config.ppo.steps, stage="ppo",
                                   schedule=self.config.schedule), progress=tick)
-        _mark(out)
+        _mark(out, made_from=self.made_from("ppo"))
 
     def evaluate(self, label: str, policy, split: str = "test") -> dict:
         """Evaluation of `policy` (a CausalLM) on the test (held-out) or validation split, k
@@ -377,6 +421,8 @@ class Recipe:
                 continue
             self.evaluate(label, build.restored_actor(build.policy(self.config), ckpt),
                           split=split)
+            (self.eval_dir(label, split) / "FROM").write_text(
+                json.dumps({"id": done_id(self.workdir / label)}) + "\n")
 
 
 def run(config, workdir: Path) -> int:
@@ -395,6 +441,7 @@ def run(config, workdir: Path) -> int:
         linked = link_reused(Path(config.reuse), workdir, warmup=config.warmup.steps > 0,
                              config=json.loads(config.to_json_best_effort()))
         logging.info("reusing %s from %s", ", ".join(linked) or "nothing", config.reuse)
+    recipe.check_lineage(wanted)
     with job_progress() as bars:
         recipe.bars = bars
         for phase in [p for p in PHASES if p in wanted and p != "report"]:

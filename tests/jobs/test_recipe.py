@@ -5,6 +5,7 @@ the command again resumes instead of redoing finished phases. The run is the ses
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +78,37 @@ def test_sft_data_hold_the_reference_and_the_teacher_slip_of_every_train_task(to
         assert meta["source"] == ("oracle", "slip")[attempt]
         assert meta["verifier"]["solved"] == (attempt == 0), (task_id, attempt)
     assert "echo" in families.slip_command(*split["instances"][split["train"][0]])
+
+
+def test_results_made_from_another_sft_are_refused_not_reported(toy_run, tmp_path):
+    """A workdir whose sft/ changed under its finished Warm-Up, PPO and SFT / PPO evaluations
+    (a --config.reuse source made again: what a rerun seed sweep met) stops the job before it
+    reports that PPO against the new SFT, and names each stale folder."""
+    import subprocess
+    import sys
+
+    from conftest import TOY_RECIPE
+    workdir = tmp_path / "swapped"
+    shutil.copytree(toy_run, workdir, symlinks=True)
+    marker = workdir / "sft" / "DONE"
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "id": "another-sft"}))
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "--config",
+                           str(root / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
+                           *TOY_RECIPE], cwd=root, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    for stale in ("warmup (made from another sft)", "ppo (made from another sft / warmup)",
+                  "eval/sft (an evaluation of another sft)",
+                  "eval/validation/sft (an evaluation of another sft)"):
+        assert f"{workdir}/{stale}" in out, (stale, out[-2000:])
+    assert "eval/ppo (" not in out  # PPO's own evaluations match the PPO the workdir holds
+    # a job that neither skips nor reports them (SFT alone) still runs
+    again = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "--config",
+                            str(root / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
+                            *TOY_RECIPE, "--config.phases=sft"], cwd=root, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
 
 
 def test_sft_data_a_killed_run_left_half_written_is_made_again(toy_run, tmp_path):
