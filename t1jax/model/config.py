@@ -46,8 +46,8 @@ _REQUIRED_QWEN3_5 = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_
 # t1jax-only fields: set by our configs (or from_hf_dict's overrides), never read from HF.
 MOE_SHARDINGS = ("gather_weights", "gather_tokens")  # t1jax/model/expert_sharding.py
 _T1JAX_FIELDS = ("param_dtype", "compute_dtype", "moe_dispatch", "load_balancing_coef", "remat",
-                 "attention", "attention_block", "moe_token_chunk", "scan_layers",
-                 "moe_sharding", "offload_layer_inputs")
+                 "attention", "attention_block", "causal_query_blocks", "moe_token_chunk",
+                 "scan_layers", "moe_sharding", "offload_layer_inputs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +99,9 @@ class ModelConfig:
     # "auto" | "flash" | "naive" (transformer.use_flash): flash keeps attention memory O(S)
     attention: str = "auto"
     attention_block: int = 512
+    # the naive path on cacheless rows scores each of this many query blocks against the keys
+    # up to its end only (transformer.attend_causal); 1: the whole [S, S] matrix
+    causal_query_blocks: int = 4
     # the expert FFN runs over at most this many tokens per device at a time (bounded buffers)
     moe_token_chunk: int = 8192
     # how a mesh brings tokens and experts together (t1jax/model/expert_sharding.py):
@@ -194,6 +197,9 @@ class ModelConfig:
                              f"{self.moe_sharding!r}")
         if not isinstance(self.attention_block, int) or self.attention_block <= 0:
             raise ValueError(f"attention_block must be a positive int, got {self.attention_block!r}")
+        if not isinstance(self.causal_query_blocks, int) or self.causal_query_blocks <= 0:
+            raise ValueError(f"causal_query_blocks must be a positive int, got "
+                             f"{self.causal_query_blocks!r}")
         if not isinstance(self.moe_dispatch, str) or not self.moe_dispatch:
             raise ValueError(f"moe_dispatch must be a non-empty string, got {self.moe_dispatch!r}")
 

@@ -65,6 +65,7 @@ class Attention(nnx.Module):
         self.bias, self.theta, self.kv_heads = cfg.attention_bias, cfg.rope_theta, kv
         self.gated, self.rotary_dim = cfg.hybrid, cfg.rotary_dim
         self.attention, self.block = cfg.attention, cfg.attention_block
+        self.query_blocks = cfg.causal_query_blocks
 
     def __call__(self, x, positions, segment_ids, cache_layer=None, cache_lengths=None):
         dt = x.dtype
@@ -92,9 +93,11 @@ class Attention(nnx.Module):
         else:
             mask = ((query_segments[:, :, None] == key_segments[:, None, :])
                     & (key_positions[:, None, :] <= positions[:, :, None]))
-            if cache_layer is None:
+            if cache_layer is None:  # training rows (and cacheless prefill) are index-causal
                 mask = mask & (segment_ids[:, :, None] > 0)
-            out = attend(q, keys, values, mask, self.kv_heads)
+                out = attend_causal(q, keys, values, mask, self.kv_heads, self.query_blocks)
+            else:
+                out = attend(q, keys, values, mask, self.kv_heads)
         if self.gated:
             gate = jnp.einsum("bsd,dhk->bshk", x, self.gate[...].astype(dt))
             out = out * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(dt)
@@ -122,6 +125,35 @@ def attend(q, k, v, mask_bst, kv_heads: int):
     probs = jax.nn.softmax(scores, axis=-1)
     out = jnp.einsum("bkgst,btkd->bskgd", probs.astype(v.dtype), v)
     return out.reshape(b, s, h, hd)
+
+
+MIN_QUERY_BLOCK = 32  # smaller blocks cost more in per-block overhead than they skip
+
+
+def query_block_edges(length: int, blocks: int) -> list[int]:
+    """Where attend_causal cuts `length` queries: `blocks` near-equal pieces of at least
+    MIN_QUERY_BLOCK (fewer when the row is short; one piece = the whole score matrix)."""
+    n = max(1, min(blocks, length // MIN_QUERY_BLOCK))
+    return [round(length * i / n) for i in range(n + 1)]
+
+
+def attend_causal(q, k, v, mask_bst, kv_heads: int, blocks: int):
+    """`attend` for index-causal rows (query index i never sees key index j > i: packed
+    training rows, whose segments are contiguous and whose positions ascend inside each), with
+    the queries cut into blocks that score only the keys up to their own end.
+
+    Why: the naive path computes, masks and differentiates the whole [S, T] score matrix, and
+    on CPU that is most of a training step (64% of the main job's SFT step at 384-token rows);
+    the skipped keys are the ones the mask removes, so every query's softmax is the same.
+    Each block is a plain `attend` (no loops: XLA fuses each as before); 4 blocks score 5/8 of
+    the square (experiments/benchmarks/causal_attention.py: SFT step 1.36x, PPO step 1.59x). A query that sees no key at all (padding) averages fewer values than `attend`
+    would: its output is never read."""
+    edges = query_block_edges(q.shape[1], blocks)
+    if len(edges) == 2 or q.shape[1] != k.shape[1]:
+        return attend(q, k, v, mask_bst, kv_heads)
+    return jnp.concatenate(
+        [attend(q[:, a:b], k[:, :b], v[:, :b], mask_bst[:, a:b, :b], kv_heads)
+         for a, b in zip(edges[:-1], edges[1:])], axis=1)
 
 
 class DecoderLayer(nnx.Module):
