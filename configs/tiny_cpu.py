@@ -9,7 +9,8 @@ through the agent loop as SFT data, trains SFT, Critic Warm-Up and PPO (R3, TITO
 reward), evaluates base / SFT / PPO on the test split (3 attempts each; SFT and PPO on
 validation too), and writes `report/` (plots, summary.md, trajectories.html). Re-run the same command to resume. Run a subset of phases with
 --config.phases=pool,oracle,sft (phases: pool, oracle, sft, warmup, ppo, eval, report).
-About 27 minutes on 2 idle cores (README has the phase times and the held-out table of one run).
+README has the phase times and the held-out table of one fresh run (31-77 minutes on 2 cores,
+by the CPU).
 """
 
 import ml_collections
