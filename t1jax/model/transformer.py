@@ -146,8 +146,9 @@ def attend_causal(q, k, v, mask_bst, kv_heads: int, blocks: int):
     on CPU that is most of a training step (64% of the main job's SFT step at 384-token rows);
     the skipped keys are the ones the mask removes, so every query's softmax is the same.
     Each block is a plain `attend` (no loops: XLA fuses each as before); 4 blocks score 5/8 of
-    the square (experiments/benchmarks/causal_attention.py: SFT step 1.36x, PPO step 1.59x). A query that sees no key at all (padding) averages fewer values than `attend`
-    would: its output is never read."""
+    the square (experiments/benchmarks/causal_attention.py: SFT step 1.36x, PPO step 1.59x).
+    A query that sees no key at all (padding) averages fewer values than `attend` would: its
+    output is never read."""
     edges = query_block_edges(q.shape[1], blocks)
     if len(edges) == 2 or q.shape[1] != k.shape[1]:
         return attend(q, k, v, mask_bst, kv_heads)
