@@ -35,6 +35,7 @@ from t1jax.rl import metrics as metrics_lib
 from t1jax.rl import ppo
 from t1jax.rl.batch import BASELINES, REWARDS, Batch, batch_shardings, pack, shard_batch
 from t1jax.rl.minibatch import per_minibatch, train_minibatches
+from t1jax.rl.shared_prefix import shared_prefix_forward, shared_prefix_length, suffix_length
 from t1jax.rl.token_stats import token_stats
 from t1jax.rollout.sample import bucket_lengths
 
@@ -89,6 +90,10 @@ class Settings:
     # one more forward of the updated actor per PPO step (1 of its 9 forward-equivalents):
     # update/kl and update/logp_delta_*, how far and which way the step moved the policy
     update_metrics: bool = True
+    # SFT: rows that open with the same tokens (system prompt, tool schema) run them once and
+    # broadcast their keys and values (t1jax/rl/shared_prefix.py); same loss and gradients.
+    # Models with linear-attention layers (Qwen3.5) and packed rows always run full rows
+    share_prefix: bool = True
 
     @classmethod
     def from_config(cls, rl) -> "Settings":
@@ -249,11 +254,22 @@ class Trainer:
                 out_shardings=(state_sh, None), donate_argnums=(0,))
         return self._compiled[key]
 
-    def _run(self, name: str, fn, samples_or_batch, version: int | None = None):
+    def _run(self, name: str, fn, samples_or_batch, version: int | None = None,
+             share_prefix: bool = False):
         if isinstance(samples_or_batch, Batch):  # placed like make_batch's: one compile
             batch, packed = shard_batch(samples_or_batch, self.mesh, self.rules), None
+            host = jax.device_get(samples_or_batch)
         else:
             batch, packed = self.make_batch(samples_or_batch, version)
+            host = packed.batch
+        prefix = suffix = 0
+        if share_prefix:
+            prefix = shared_prefix_length(host.tokens, host.positions, host.segment_ids,
+                                          host.loss_mask)
+            if prefix:
+                suffix = suffix_length(host.segment_ids, prefix)
+                fn, name = functools.partial(fn, shared=(prefix, suffix)), \
+                    f"{name}@{prefix}+{suffix}"
         step = self._jit(name, fn, batch)
         t0 = time.perf_counter()
         with jax.set_mesh(self.mesh):
@@ -264,7 +280,8 @@ class Trainer:
         real = float(jnp.sum(batch.segment_ids > 0))
         metrics.update({"perf/step_seconds": seconds, "perf/tokens_per_s": real / seconds,
                         "perf/padding_frac": 1.0 - real / batch.tokens.size,
-                        "perf/rows": batch.tokens.shape[0], "perf/length": batch.tokens.shape[1]})
+                        "perf/rows": batch.tokens.shape[0], "perf/length": batch.tokens.shape[1],
+                        "perf/shared_prefix": prefix})
         if packed is not None:
             metrics["batch/dropped_overlong"] = len(packed.dropped)
             pieces = collections.Counter(p[0] for p in packed.placements)
@@ -289,7 +306,10 @@ class Trainer:
 
     def sft_step(self, samples_or_batch) -> dict:
         return self._run("sft", functools.partial(sft_step, self.actor_def, self.actor_tx,
-                                                  self.s), samples_or_batch)
+                                                  self.s), samples_or_batch,
+                         share_prefix=self.s.share_prefix and not any(
+                             self.cfg.is_linear_layer(i)
+                             for i in range(self.cfg.num_hidden_layers)))
 
     def actor_params(self) -> nnx.State:
         """A copy of the policy's parameters. The steps donate the train state, so anything
@@ -329,22 +349,35 @@ def critic_step(critic_def, critic_tx, s: Settings, state: TrainState, batch: Ba
 
 
 def actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
-                  temperature: float, entropy: bool = False, accuracy: bool = False):
+                  temperature: float, entropy: bool = False, accuracy: bool = False,
+                  shared: tuple[int, int] | None = None):
     """The policy's training forward and its per-token stats [B, L]: "logp" (0 at t=0), with
     "entropy" and "correct" (argmax hit) on request. Rows over s.logits_chunk tokens never hold
-    their full logits. Public: studies of the train-inference gap score rollouts with it."""
+    their full logits. Public: studies of the train-inference gap score rollouts with it.
+    shared=(prefix, suffix): the rows share tokens[:, :prefix] (shared_prefix_length), which
+    run once; the stats are then those of tokens[:, prefix:prefix + suffix] (0 at its start)."""
     model = nnx.merge(actor_def, params)
-    chunked = batch.tokens.shape[1] > s.logits_chunk
-    out = model(batch.tokens, batch.positions, batch.segment_ids,
-                routes=batch.routes if replay else None, logits=not chunked)
+    tokens = batch.tokens
+    if shared:
+        if replay:
+            raise ValueError("a shared prefix cannot replay routes (R3): rows may have "
+                             "recorded different routes for the same prefix")
+        tokens = tokens[:, shared[0]:shared[0] + shared[1]]
+    chunked = tokens.shape[1] > s.logits_chunk
+    if shared:
+        out = shared_prefix_forward(model, batch.tokens, batch.positions, batch.segment_ids,
+                                    *shared, logits=not chunked)
+    else:
+        out = model(tokens, batch.positions, batch.segment_ids,
+                    routes=batch.routes if replay else None, logits=not chunked)
     if chunked:
-        return out, token_stats(out.hidden, model.head(), batch.tokens, temperature,
+        return out, token_stats(out.hidden, model.head(), tokens, temperature,
                                 chunk=s.logits_chunk, entropy=entropy, accuracy=accuracy)
-    stats = {"logp": token_logprobs(out.logits, batch.tokens, temperature)}
+    stats = {"logp": token_logprobs(out.logits, tokens, temperature)}
     if entropy:
         stats["entropy"] = jnp.pad(ppo.entropy(out.logits[:, :-1], temperature), ((0, 0), (1, 0)))
     if accuracy:
-        hit = jnp.argmax(out.logits[:, :-1], -1) == batch.tokens[:, 1:]
+        hit = jnp.argmax(out.logits[:, :-1], -1) == tokens[:, 1:]
         stats["correct"] = jnp.pad(hit.astype(jnp.float32), ((0, 0), (1, 0)))
     return out, stats
 
@@ -451,14 +484,19 @@ def ppo_step(actor_def, critic_def, actor_tx, critic_tx, s: Settings, state: Tra
     return new_state, metrics
 
 
-def sft_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch):
-    """Supervised warm start: token-mean cross-entropy on the masked (assistant) tokens."""
+def sft_step(actor_def, actor_tx, s: Settings, state: TrainState, batch: Batch,
+             shared: tuple[int, int] | None = None):
+    """Supervised warm start: token-mean cross-entropy on the masked (assistant) tokens.
+    shared=(prefix, suffix): the rows' common prefix runs once (Trainer.sft_step finds it;
+    no token of it or right after it is trained, so the loss is the full rows')."""
     def loss(params, batch):
-        _, stats = actor_forward(actor_def, params, batch, False, s, 1.0, accuracy=True)
-        nll = ppo.masked_mean(-stats["logp"], batch.loss_mask)
+        _, stats = actor_forward(actor_def, params, batch, False, s, 1.0, accuracy=True,
+                                 shared=shared)
+        mask = batch.loss_mask[:, shared[0]:sum(shared)] if shared else batch.loss_mask
+        nll = ppo.masked_mean(-stats["logp"], mask)
         return nll, {"sft/nll": nll,
                      "sft/token_accuracy": ppo.masked_mean(stats["correct"][:, 1:],
-                                                           batch.loss_mask[:, 1:])}
+                                                           mask[:, 1:])}
 
     actor, actor_opt, m = train_minibatches(loss, state.actor, state.actor_opt, actor_tx,
                                             (batch,), s.minibatches, s.epochs)
