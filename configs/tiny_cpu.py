@@ -83,6 +83,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sft.batch_size = 16
     config.sft.lr = 3e-3
     config.sft.lr_schedule = "cosine"  # decayed to 0 at the last step: constant | cosine
+    config.sft.data_seed = -1  # the order SFT reads its samples in; -1: config.seed
     config.sft.checkpoint_every = 50  # a killed SFT resumes from its last multiple of this
     # every train task's SFT data hold the reference episode and a teacher's slip
     # (t1jax.tasks.families.slip_command), so SFT imitates a teacher right half the time and

@@ -291,8 +291,10 @@ class Recipe:
                 logging.warning("SFT data: skipped %s: %s", task_id, why)
             save_dataset(samples, data, skipped=len(skipped))
         trainer = self.trainer("sft")
+        order_seed = self.config.sft.get("data_seed", -1)
         loop.run(trainer, loop.DatasetBatches(load_samples(data), self.config.sft.batch_size,
-                                              self.config.seed), out,
+                                              self.config.seed if order_seed < 0 else order_seed),
+                 out,
                  loop.LoopOptions(steps=self.config.sft.steps, stage="sft",
                                   checkpoint_every=min(self.config.sft.checkpoint_every,
                                                        self.config.sft.steps)),
