@@ -8,7 +8,8 @@ measures the copied words' NLL on its own SFT samples (experiments/probes/sft_to
 
 Why: the main job's SFT landed at 0.7% or 6.2% on test with the same seed and settings (float
 summation order and the CPU differed); a setting is only worth keeping if it lands in the same
-place under such perturbations (docs/probes.md). Prints and writes <out>/landing.json."""
+place under such perturbations (docs/probes.md). Prints and writes <out>/landing.json; PPO from
+that SFT: experiments/run.py ... --config.reuse=<out> --config.sft.steps=... (the same overrides)."""
 
 import argparse
 import ast
@@ -64,6 +65,8 @@ def main():
     config = config_with(args.set)
     args.out.mkdir(parents=True, exist_ok=True)
     link_inputs(args.source, args.out)
+    # as experiments/run.py writes it: `--config.reuse=<out>` takes this SFT on to PPO
+    (args.out / "config.json").write_text(config.to_json_best_effort(indent=2))
     recipe = Recipe(config, args.out)
     t0 = time.monotonic()
     with job_progress() as bars:
