@@ -31,20 +31,18 @@ def shared_prefix_length(tokens, positions, segment_ids, loss_mask, *, multiple:
     counts = real.sum(axis=1)
     if len(counts) < 2 or not counts.all():
         return 0
-    rows = np.arange(len(counts))
     length = tokens.shape[1]
     index = np.arange(length)
-    for r in rows:  # one sequence, right-padded: ids constant, positions 0..n-1
-        n = counts[r]
+    for r, n in enumerate(counts):  # one sequence, right-padded: ids constant, positions 0..n-1
         if (not real[r, :n].all() or (segment_ids[r, :n] != segment_ids[r, 0]).any()
                 or (positions[r, :n] != index[:n]).any()):
             return 0
-    agree = (tokens[rows] == tokens[rows[0]]).all(axis=0) & real[rows].all(axis=0)
-    untrained = ~(loss_mask[rows] != 0).any(axis=0)
+    agree = (tokens == tokens[0]).all(axis=0) & real.all(axis=0)
+    untrained = ~(loss_mask != 0).any(axis=0)
     # P + 1 tokens untrained, P tokens agreeing, P below every row's length (each row keeps one)
     limit = min(int(np.argmin(agree)) if not agree.all() else length,
                 int(np.argmin(untrained)) - 1 if not untrained.all() else length,
-                int(counts[rows].min()) - 1)
+                int(counts.min()) - 1)
     prefix = max(limit, 0) // multiple * multiple
     return prefix if prefix >= min_length else 0
 
@@ -62,7 +60,7 @@ def shared_prefix_forward(model, tokens, positions, segment_ids, prefix: int, su
     """The model's output on tokens[:, prefix:prefix + suffix] of rows that share
     tokens[:, :prefix] (as shared_prefix_length checked): [B, suffix, ...]."""
     cfg = model.model.cfg
-    if any(cfg.is_linear_layer(i) for i in range(cfg.num_hidden_layers)):
+    if cfg.linear_layers:
         raise ValueError("a shared prefix needs attention in every layer: a linear-attention "
                          "state cannot be sliced into the rows' own tokens")
     rows = tokens.shape[0]

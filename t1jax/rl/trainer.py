@@ -258,12 +258,11 @@ class Trainer:
              share_prefix: bool = False):
         if isinstance(samples_or_batch, Batch):  # placed like make_batch's: one compile
             batch, packed = shard_batch(samples_or_batch, self.mesh, self.rules), None
-            host = jax.device_get(samples_or_batch)
         else:
             batch, packed = self.make_batch(samples_or_batch, version)
-            host = packed.batch
         prefix = suffix = 0
         if share_prefix:
+            host = jax.device_get(samples_or_batch) if packed is None else packed.batch
             prefix = shared_prefix_length(host.tokens, host.positions, host.segment_ids,
                                           host.loss_mask)
             if prefix:
@@ -307,9 +306,7 @@ class Trainer:
     def sft_step(self, samples_or_batch) -> dict:
         return self._run("sft", functools.partial(sft_step, self.actor_def, self.actor_tx,
                                                   self.s), samples_or_batch,
-                         share_prefix=self.s.share_prefix and not any(
-                             self.cfg.is_linear_layer(i)
-                             for i in range(self.cfg.num_hidden_layers)))
+                         share_prefix=self.s.share_prefix and not self.cfg.linear_layers)
 
     def actor_params(self) -> nnx.State:
         """A copy of the policy's parameters. The steps donate the train state, so anything
@@ -357,12 +354,10 @@ def actor_forward(actor_def, params, batch: Batch, replay: bool, s: Settings,
     shared=(prefix, suffix): the rows share tokens[:, :prefix] (shared_prefix_length), which
     run once; the stats are then those of tokens[:, prefix:prefix + suffix] (0 at its start)."""
     model = nnx.merge(actor_def, params)
-    tokens = batch.tokens
-    if shared:
-        if replay:
-            raise ValueError("a shared prefix cannot replay routes (R3): rows may have "
-                             "recorded different routes for the same prefix")
-        tokens = tokens[:, shared[0]:shared[0] + shared[1]]
+    if shared and replay:
+        raise ValueError("a shared prefix cannot replay routes (R3): rows may have recorded "
+                         "different routes for the same prefix")
+    tokens = batch.tokens[:, shared[0]:sum(shared)] if shared else batch.tokens
     chunked = tokens.shape[1] > s.logits_chunk
     if shared:
         out = shared_prefix_forward(model, batch.tokens, batch.positions, batch.segment_ids,
