@@ -280,15 +280,23 @@ class DockerSandbox(ShellSandbox):
     def _open_shell(self) -> _ExecSocket:
         # `kill -9 -1` as root kills `sleep infinity`, and with it the container: start it again
         # (the filesystem survives, processes do not), as a shell that exited is replaced.
-        self.container.reload()
-        if self.container.status != "running":
-            self.restarts += 1
-            self.container.start()
-        shell = "if command -v bash >/dev/null; then exec bash --noprofile --norc; else exec sh; fi"
-        exec_id = self.client.api.exec_create(
-            self.container.id, ["/bin/sh", "-c", shell], stdin=True, stdout=True, stderr=True,
-            tty=False, user=self.user or "", workdir=self.workdir)["Id"]
-        return _ExecSocket(self.client.api.exec_start(exec_id, socket=True))
+        # A container whose last process just died can still read "running" for a moment, and
+        # the exec is then refused (409): a SandboxError, so the shell's restart loop tries again.
+        import docker.errors
+        try:
+            self.container.reload()
+            if self.container.status != "running":
+                self.restarts += 1
+                self.container.start()
+            shell = ("if command -v bash >/dev/null; then exec bash --noprofile --norc; "
+                     "else exec sh; fi")
+            exec_id = self.client.api.exec_create(
+                self.container.id, ["/bin/sh", "-c", shell], stdin=True, stdout=True,
+                stderr=True, tty=False, user=self.user or "", workdir=self.workdir)["Id"]
+            return _ExecSocket(self.client.api.exec_start(exec_id, socket=True))
+        except docker.errors.APIError as err:
+            raise SandboxError(f"no shell could start in sandbox {self.container.name}: "
+                               f"{err}") from err
 
     def _stopped(self) -> bool:
         import docker.errors

@@ -87,6 +87,26 @@ def test_exit_replaces_shell_and_restores_state(sandbox):
     assert sandbox.exec("pwd; echo $KEEP").output == "/srv/w\nyes\n"
 
 
+def test_a_stale_running_status_does_not_stop_the_restart(sandbox, monkeypatch):
+    # After `kill -9 -1` the daemon can still report "running" for a moment and then refuse the
+    # new shell's exec (409, seen in CI): the real container is stopped here and its first
+    # status read is made stale; the shell must come back in the restarted container.
+    sandbox.exec("cd /tmp && export KEEP=yes")
+    container = sandbox.container
+    container.kill()
+    container.wait(timeout=30)
+    real_reload, stale = container.reload, [True]
+
+    def reload_once_stale():
+        real_reload()
+        if stale.pop() if stale else False:
+            container.attrs["State"]["Status"] = "running"
+    monkeypatch.setattr(container, "reload", reload_once_stale)
+    assert sandbox.exec("true").shell_restarted  # the command that found it down is lost
+    assert sandbox.exec("pwd; echo $KEEP").output == "/tmp\nyes\n"
+    assert sandbox.restarts == 1 and not stale
+
+
 def test_timeout_kills_the_process_group_and_keeps_the_shell(sandbox):
     sandbox.exec("cd /tmp; export KEEP=1; sleep 400 &")
     start = time.monotonic()
