@@ -102,6 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval = ml_collections.ConfigDict()
     config.eval.attempts = 3
     config.eval.temperature = 1.0
+    config.eval.sampling_seed = -1  # -1: derived from config.seed (base / SFT / PPO share it)
     config.eval.every = 10  # PPO steps between validation evaluations (0: only at the end)
 
     config.sandbox = sandbox_config()

@@ -33,8 +33,11 @@ REUSABLE = ("pool", "tokenizer.json", "oracle", "sft", "warmup", "eval/base", "e
 # and the config entries it depends on (linked only if the source run's equal this run's: a
 # 16-step warm-up never stands in for a 4-step one, a pool of another seed or split never
 # stands in for this run's, an SFT evaluation with other sampling never pairs with this one's).
-_EVAL_KEYS = ("eval.attempts", "eval.temperature", "agent", "rollouts.max_turns",
-              "rollouts.max_new_tokens", "rl.max_length", "verifier")
+_EVAL_KEYS = ("eval.attempts", "eval.temperature", "eval.sampling_seed", "agent",
+              "rollouts.max_turns", "rollouts.max_new_tokens", "rl.max_length", "verifier")
+# Config entries added after runs were made: a source's config.json without one holds what
+# it then did, the default, so it still compares equal to a run that keeps the default.
+_ADDED_LATER = {"eval.sampling_seed": -1, "sft.data_seed": -1}
 REUSE_RULES = {
     "pool": (None, ("seed", "pool")),
     "tokenizer.json": ("pool", ("model.vocab_size", "agent")),
@@ -57,6 +60,20 @@ def _entry(config: dict | None, dotted: str):
     return config
 
 
+def _with_added_defaults(config: dict) -> dict:
+    """A copy of a config dict with every _ADDED_LATER entry its blocks lack set to the
+    default."""
+    config = json.loads(json.dumps(config))
+    for dotted, default in _ADDED_LATER.items():
+        *parents, leaf = dotted.split(".")
+        block = config
+        for part in parents:
+            block = block.get(part) if isinstance(block, dict) else None
+        if isinstance(block, dict):
+            block.setdefault(leaf, default)
+    return config
+
+
 def link_reused(source: Path, workdir: Path, *, warmup: bool = True,
                 config: dict | None = None) -> list[str]:
     """Symlink the phases an ablation does not change from a finished run's workdir (absent
@@ -69,7 +86,8 @@ def link_reused(source: Path, workdir: Path, *, warmup: bool = True,
         raise UsageError(f"config.reuse={source}: not a recipe workdir with a finished pool phase")
     theirs = None
     if config is not None and (source / "config.json").is_file():
-        theirs = json.loads((source / "config.json").read_text())
+        theirs = _with_added_defaults(json.loads((source / "config.json").read_text()))
+        config = _with_added_defaults(config)
     linked, have = [], set()
     for name in REUSABLE:
         src, dst = source / name, workdir / name
@@ -196,22 +214,30 @@ class Recipe:
     def check_lineage(self, wanted) -> None:
         """The finished phases this job would skip or report (of `wanted`) were made from the
         phases the workdir holds now; else a UsageError naming what to remove."""
-        stale = []
+        stale, unknown = [], " (made by a t1jax that recorded no lineage: it cannot be checked)"
         for phase in [p for p in UPSTREAM if p in wanted]:
             marker = self.workdir / phase / "DONE"
-            made = json.loads(marker.read_text() or "{}").get("from") if marker.is_file() else None
-            if made is not None and made != self.made_from(phase):
+            if not marker.is_file():
+                continue
+            made = json.loads(marker.read_text() or "{}").get("from")
+            if made is None and UPSTREAM[phase]:
+                stale.append(f"{self.workdir / phase}{unknown}")
+            elif made is not None and made != self.made_from(phase):
                 stale.append(f"{self.workdir / phase} (made from another "
                              f"{' / '.join(UPSTREAM[phase])})")
         reported = {"eval", "report"} & set(wanted)
         # every final evaluation that may exist (not final_labels: it reads the pool, which a
-        # fresh workdir has not written yet)
+        # fresh workdir has not written yet); FROM is written before the first trial
         evaluated = [(label, split) for label in ("sft", "ppo") for split in ("test", "validation")]
         for label, split in evaluated if reported else []:
-            record = self.eval_dir(label, split) / "FROM"
-            if record.is_file() and \
-                    json.loads(record.read_text())["id"] != done_id(self.workdir / label):
-                stale.append(f"{self.eval_dir(label, split)} (an evaluation of another {label})")
+            folder = self.eval_dir(label, split)
+            record = folder / "FROM"
+            if record.is_file():
+                if json.loads(record.read_text())["id"] != done_id(self.workdir / label):
+                    stale.append(f"{folder} (an evaluation of another {label})")
+            elif any((folder / name).is_file()
+                     for name in ("summary.json", "trials.jsonl", "trials.jsonl.partial")):
+                stale.append(f"{folder}{unknown}")
         if stale:
             raise UsageError(
                 "this workdir's results were made from phases it no longer holds (a "
@@ -302,21 +328,24 @@ class Recipe:
         _mark(out, made_from=self.made_from("sft"))
 
     def _add_slips(self, s, samples: list, skipped: list) -> tuple[list, list]:
-        """The teacher's slip on every train task (attempt 1 beside the reference's 0), played
-        and verified like the reference and kept only as a clean miss."""
+        """The teacher's slip on every train task whose reference was kept (attempt 1 beside
+        the reference's 0), played and verified like the reference and kept only as a clean
+        miss. A slip alone would teach a task nothing but the slip: its task is skipped."""
         from t1jax.rollout.oracle_data import oracle_samples
         from t1jax.tasks import families
         instances = json.loads((self.pool_dir / "split.json").read_text())["instances"]
         cfg = self.config.model
+        with_reference = {sample.metadata["task_id"] for sample in samples}
+        tasks = [t for t in s.tasks if t.task_id in with_reference]
         slips, missed = oracle_samples(
-            s.tasks, s.backend, s.tokenizer, s.scale, num_layers=cfg.num_hidden_layers,
+            tasks, s.backend, s.tokenizer, s.scale, num_layers=cfg.num_hidden_layers,
             top_k=cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
             limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
             final_answer=families.FINAL_ANSWER, system_prompt=self.config.agent.system_prompt,
             commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
             want_solved=False, source="slip", attempt=1,
             progress=killing_progress(count_bar(self.bars, "SFT data: teacher slips",
-                                                len(s.tasks)), "sft_data", "episode"))
+                                                len(tasks)), "sft_data", "episode"))
         return samples + slips, skipped + [(tid, f"slip: {why}") for tid, why in missed]
 
     def _live(self, trainer, out: Path, stage: str):
@@ -375,14 +404,21 @@ class Recipe:
                                   schedule=self.config.schedule), progress=tick)
         _mark(out, made_from=self.made_from("ppo"))
 
+    def eval_seed(self) -> int:
+        """config.eval.sampling_seed, or with -1 (the default) one derived from config.seed:
+        another evaluation draw of the same policies without another pool."""
+        from t1jax.rollout.engine import derived_seed
+        seed = self.config.eval.get("sampling_seed", -1)
+        return derived_seed(self.config.seed, "eval") if seed < 0 else int(seed)
+
     def evaluate(self, label: str, policy, split: str = "test") -> dict:
         """Evaluation of `policy` (a CausalLM) on the test (held-out) or validation split, k
-        attempts per task. Every label samples with one seed from config.seed: a rerun
-        repeats, and base / SFT / PPO meet the same random numbers per (task, attempt, turn),
-        so their differences are paired."""
+        attempts per task. Every label samples with one seed (eval_seed): a rerun repeats,
+        and base / SFT / PPO meet the same random numbers per (task, attempt, turn), so their
+        differences are paired."""
         from t1jax.rollout import context
         from t1jax.rollout.batching import embedded_engine
-        from t1jax.rollout.engine import SamplingParams, derived_seed
+        from t1jax.rollout.engine import SamplingParams
         from t1jax.rollout.evaluate import evaluate
         out = self.eval_dir(label, split)
         if (out / "summary.json").is_file():
@@ -400,7 +436,7 @@ class Recipe:
                                                 max_new_tokens=c.rollouts.max_new_tokens),
                         concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
                         max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
-                        images=self.images, seed=derived_seed(c.seed, "eval"),
+                        images=self.images, seed=self.eval_seed(),
                         context=context.from_config(
                             c.rollouts, policy.model.cfg.max_position_embeddings,
                             c.rl.max_length),
@@ -421,10 +457,11 @@ class Recipe:
             if not has_checkpoint(ckpt):
                 logging.warning("eval: no %s row: %s holds no finished checkpoint", label, ckpt)
                 continue
+            folder = self.eval_dir(label, split)
+            folder.mkdir(parents=True, exist_ok=True)  # what it evaluates, before any trial
+            (folder / "FROM").write_text(json.dumps({"id": done_id(self.workdir / label)}) + "\n")
             self.evaluate(label, build.restored_actor(build.policy(self.config), ckpt),
                           split=split)
-            (self.eval_dir(label, split) / "FROM").write_text(
-                json.dumps({"id": done_id(self.workdir / label)}) + "\n")
 
 
 def run(config, workdir: Path) -> int:

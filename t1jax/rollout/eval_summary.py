@@ -14,7 +14,8 @@ from collections import Counter, defaultdict
 from t1jax.verify.reward import goal_assertions
 
 FAILURE_MODES = ("resolved", "unresolved", "agent_timeout", "turn_limit", "context_exhausted",
-                 "sandbox_limit", "verifier_error", "tampered", "agent_error", "skipped")
+                 "sandbox_limit", "verifier_error", "tampered", "agent_error", "infra_error",
+                 "skipped")
 UNCATEGORIZED, UNRATED = "uncategorized", "unknown"
 
 
@@ -27,11 +28,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def failure_mode(finish: str, report, error: str | None = None) -> str:
-    """Why a finished trial ended as it did. Order: the agent loop's own failure (error: a
-    prompt over the context budget, an engine or sandbox exception) unless the task got solved
-    anyway, the verifier's failure, tampering, success, then the agent's budget that ran out,
-    else plainly unresolved."""
+def failure_mode(finish: str, report, error: str | None = None,
+                 infra: str | None = None) -> str:
+    """Why a finished trial ended as it did. Order: a failure outside the policy that its
+    retries did not mend (infra: an engine or sandbox exception, a verifier that could not
+    run) unless the task got solved anyway, the agent loop's own failure (a prompt over the
+    context budget), the verifier's failure, tampering, success, then the agent's budget that
+    ran out, else plainly unresolved."""
+    if infra is not None and not (report is not None and report.solved):
+        return "infra_error"
     if error is not None and not (report is not None and report.solved
                                   and not report.tampered):
         return "context_exhausted" if finish == "tokens" else "agent_error"

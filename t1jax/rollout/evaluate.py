@@ -119,6 +119,8 @@ def sample_name(task_id: str, attempt: int) -> str:
 
 # -- the evaluation ------------------------------------------------------------------------------
 
+INFRA_ATTEMPTS = 3  # tries of a trial whose engine, sandbox or verifier failed
+
 def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts: int = 3,
              harness: str = "tools", sampling: SamplingParams | None = None,
              limits: Limits = Limits(), scale=None, out_dir, concurrency: int = 4,
@@ -192,16 +194,17 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         if progress:
             progress("build", task.task_id)
 
-    def trial(task, attempt: int) -> dict:
-        row = _base_row(task, attempt, label, harness)
-        t0 = time.monotonic()
-        traj, report, error, box = None, None, None, None
+    def play_once(task, attempt: int, row: dict):
+        """One try of a trial: (trajectory, report, error, box, infra), where infra says why
+        it failed for a reason outside the policy (an engine or sandbox exception, a verifier
+        that could not run), or is None."""
+        traj, report, error, box, infra = None, None, None, None, None
         try:
             inner = engine if hasattr(engine, "generate") else engine(task, attempt)
             if seed is not None:
                 inner = SeededCalls(inner, seed, task.task_id, attempt)
         except Exception as err:  # noqa: BLE001 - no engine for this trial
-            error = f"{type(err).__name__}: {err}"
+            error = infra = f"{type(err).__name__}: {err}"
         else:
             def play(sandbox):
                 nonlocal box
@@ -214,15 +217,30 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
                                 run_id=run_id, scale=scale, verifier_mode=verifier_mode,
                                 allow_network=allow_network)
             traj, report, err = outcome.played, outcome.report, outcome.play_error
-            if isinstance(err, RolloutError):
+            if isinstance(err, RolloutError):  # the policy's own: over its token budget
                 error = f"RolloutError: {err}"
                 if "does not fit max_tokens" in str(err):
                     row["finish"] = "tokens"
-            elif err is not None:  # an engine or sandbox failure: one trial
-                error = f"{type(err).__name__}: {err}\n" + "".join(
+            elif err is not None:  # an engine or sandbox failure
+                error = infra = f"{type(err).__name__}: {err}\n" + "".join(
                     traceback.format_exception(err, limit=3))
             if (verr := outcome.verify_error) is not None:  # the verifier failed
                 row["verifier_log"] = f"verifier failed: {type(verr).__name__}: {verr}"
+                infra = infra or row["verifier_log"]
+        return traj, report, error, box, infra
+
+    def trial(task, attempt: int) -> dict:
+        row = _base_row(task, attempt, label, harness)
+        t0 = time.monotonic()
+        # A failure outside the policy (a container removed under the trial, a daemon error)
+        # is no verdict on it: the trial is played again, and with a seed it samples the same
+        # tokens. One that keeps failing is kept as unresolved, failure mode "infra_error".
+        for retry in range(INFRA_ATTEMPTS):
+            row.update(verifier_log="", finish="")
+            traj, report, error, box, infra = play_once(task, attempt, row)
+            if infra is None or (report is not None and report.solved):
+                break
+            row["infra_failures"] = [*row.get("infra_failures", []), infra[-OUTPUT_CHARS:]]
         if traj is not None:
             row.update(turns=traj.turns, tool_calls=traj.tool_calls, tokens=len(traj.tokens),
                        sampled_tokens=int(sum(r.sampled for r in traj.records)),
@@ -243,7 +261,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
                 row["verifier_error"] = report.error
         if error is not None:
             row["error"] = error[-OUTPUT_CHARS:]
-        row["failure_mode"] = failure_mode(row["finish"], report, error)
+        row["failure_mode"] = failure_mode(row["finish"], report, error, infra)
         row["duration_s"] = round(time.monotonic() - t0, 3)
         if save_samples and traj is not None:
             sample = make_sample(traj, report, task.task_id, attempt, task.category or "")

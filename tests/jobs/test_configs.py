@@ -181,3 +181,32 @@ def test_rollout_seeds_come_from_the_run_seed():
     assert rollout_seed(config, "ppo") != ppo
     config.rollouts.sampling_seed = 5
     assert rollout_seed(config, "ppo") == rollout_seed(config, "critic_warmup") == 5
+
+
+def test_another_evaluation_draw_is_never_paired_with_the_source_run(tmp_path):
+    """config.eval.sampling_seed redraws the evaluations of the same policies (the pool stays
+    config.seed's): an SFT evaluation of the source is linked only for the same draw, and a
+    source whose config.json predates the entry holds the default draw."""
+    from t1jax.jobs.recipe import Recipe, link_reused
+    from t1jax.rollout.engine import derived_seed
+    config = importlib.import_module("configs.tiny_cpu").get_config()
+    assert Recipe(config, tmp_path).eval_seed() == derived_seed(config.seed, "eval")
+    config.eval.sampling_seed = 7
+    assert Recipe(config, tmp_path).eval_seed() == 7
+
+    src = tmp_path / "main"
+    for done in ("pool", "sft"):
+        (src / done).mkdir(parents=True)
+        (src / done / "DONE").write_text("{}")
+    (src / "tokenizer.json").write_text("{}")
+    (src / "eval" / "sft").mkdir(parents=True)
+    (src / "eval" / "sft" / "summary.json").write_text("{}")
+    (src / "config.json").write_text(json.dumps({"sft": {"steps": 600},
+                                                 "eval": {"attempts": 3}}))  # an older run
+    for seed, linked in ((-1, True), (7, False)):
+        dst = tmp_path / f"draw{seed}"
+        dst.mkdir()
+        mine = {"sft": {"steps": 600, "data_seed": -1},
+                "eval": {"attempts": 3, "sampling_seed": seed}}
+        got = link_reused(src, dst, config=mine)
+        assert "sft" in got and ("eval/sft" in got) == linked, (seed, got)

@@ -80,6 +80,24 @@ def test_sft_data_hold_the_reference_and_the_teacher_slip_of_every_train_task(to
     assert "echo" in families.slip_command(*split["instances"][split["train"][0]])
 
 
+def test_a_task_without_its_reference_gets_no_slip(toy_run):
+    """A slip alone would teach its task nothing but the slip: a train task whose reference
+    episode was skipped (unresolved, a verifier error) gets no slip episode either."""
+    import ml_collections
+
+    from t1jax.jobs.recipe import Recipe
+    from t1jax.rollout.sample import load_samples
+    config = ml_collections.ConfigDict(json.loads((toy_run / "config.json").read_text()))
+    recipe = Recipe(config, toy_run)  # reads the pool and tokenizer, writes nothing
+    references = [s for s in load_samples(toy_run / "sft" / "sft_data")
+                  if s.metadata["attempt"] == 0]
+    dropped = references[0].metadata["task_id"]
+    samples, skipped = recipe._add_slips(recipe.stack(), references[1:], [])
+    slipped = {s.metadata["task_id"] for s in samples if s.metadata["source"] == "slip"}
+    assert slipped == {s.metadata["task_id"] for s in references[1:]}, skipped
+    assert dropped not in slipped and skipped == []
+
+
 def test_results_made_from_another_sft_are_refused_not_reported(toy_run, tmp_path):
     """A workdir whose sft/ changed under its finished Warm-Up, PPO and SFT / PPO evaluations
     (a --config.reuse source made again: what a rerun seed sweep met) stops the job before it
@@ -109,6 +127,30 @@ def test_results_made_from_another_sft_are_refused_not_reported(toy_run, tmp_pat
                             *TOY_RECIPE, "--config.phases=sft"], cwd=root, capture_output=True,
                            text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_results_without_a_lineage_record_are_refused(toy_run, tmp_path):
+    """A Warm-Up or PPO marker without the ids it was made from, or an SFT / PPO evaluation
+    without FROM (what an older t1jax wrote), cannot be checked against the SFT the workdir
+    holds: the job refuses to report it instead of trusting it."""
+    import ml_collections
+
+    from t1jax.jobs import UsageError
+    from t1jax.jobs.recipe import PHASES, Recipe
+    workdir = tmp_path / "old"
+    shutil.copytree(toy_run, workdir, symlinks=True)
+    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
+    Recipe(config, workdir).check_lineage(PHASES)  # as made: nothing to refuse
+    marker = workdir / "ppo" / "DONE"
+    marker.write_text(json.dumps({k: v for k, v in json.loads(marker.read_text()).items()
+                                  if k != "from"}))
+    (workdir / "eval" / "validation" / "sft" / "FROM").unlink()
+    with pytest.raises(UsageError) as refused:
+        Recipe(config, workdir).check_lineage(PHASES)
+    for folder in ("ppo", "eval/validation/sft"):
+        assert f"{workdir}/{folder} (made by a t1jax that recorded no lineage" in \
+            str(refused.value), folder
+    Recipe(config, workdir).check_lineage(["sft"])  # a job that does not report them runs
 
 
 def test_sft_data_a_killed_run_left_half_written_is_made_again(toy_run, tmp_path):

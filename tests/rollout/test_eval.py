@@ -395,3 +395,46 @@ def test_a_seeded_evaluation_repeats_itself(docker_backend, tok, tmp_path):
     assert len(first) == 4 and first == again
     assert [row[2] for row in other] != [row[2] for row in first]
     assert json.loads((tmp_path / "first" / "summary.json").read_text())["sampling_seed"] == 7
+
+
+class VanishingBackend:
+    """The real Docker backend, except that the first `vanish` sandboxes it creates are
+    removed behind the trial's back (what CI's daemon did to four trials of one evaluation)."""
+
+    def __init__(self, backend, vanish: int):
+        self.backend, self.vanish = backend, vanish
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def create(self, spec):
+        sandbox = self.backend.create(spec)
+        if self.vanish > 0:
+            self.vanish -= 1
+            sandbox.container.remove(force=True)
+        return sandbox
+
+
+@pytest.mark.parametrize("vanish", [1, 5])
+def test_a_trial_whose_sandbox_vanished_is_played_again(docker_backend, tok, tmp_path, vanish):
+    """A failure outside the policy is no verdict on it: the trial is played again (up to
+    INFRA_ATTEMPTS tries); one that keeps failing stays unresolved as "infra_error", counted
+    in the summary, never as the policy's agent_error."""
+    from t1jax.rollout.evaluate import INFRA_ATTEMPTS
+    task = load_task(SEED / ORACLE_TASKS[0])
+    engine = KeyedEngine(tok, {task.instruction: oracle_commands(task)[0]})
+    summary = evaluate([task], engine, tok, VanishingBackend(docker_backend, vanish),
+                       label="vanish", attempts=1, harness="tools",
+                       sampling=SamplingParams(temperature=0.0, max_new_tokens=2048),
+                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1,
+                       max_turns=20, timeout_s=300.0)
+    [row] = read_trials(tmp_path / "trials.jsonl")
+    failures = min(vanish, INFRA_ATTEMPTS)
+    assert len(row["infra_failures"]) == failures, row["infra_failures"]
+    assert all("SandboxError" in why or "NotFound" in why for why in row["infra_failures"])
+    if vanish < INFRA_ATTEMPTS:
+        assert row["resolved"] and row["failure_mode"] == "resolved" and row["reward"] == 1.0
+    else:
+        assert not row["resolved"] and row["failure_mode"] == "infra_error"
+        assert summary["failure_modes"]["infra_error"] == 1
+        assert summary["failure_modes"]["agent_error"] == 0
