@@ -235,7 +235,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         # A failure outside the policy (a container removed under the trial, a daemon error)
         # is no verdict on it: the trial is played again, and with a seed it samples the same
         # tokens. One that keeps failing is kept as unresolved, failure mode "infra_error".
-        for retry in range(INFRA_ATTEMPTS):
+        for _ in range(INFRA_ATTEMPTS):
             row.update(verifier_log="", finish="")
             traj, report, error, box, infra = play_once(task, attempt, row)
             if infra is None or (report is not None and report.solved):
