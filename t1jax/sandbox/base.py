@@ -8,6 +8,8 @@ out and a snapshot of the agent's filesystem. Backends: `docker.DockerSandbox` (
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 from typing import Protocol, runtime_checkable
 
 # Labels on every Docker object we create, so a reaper can find leftovers of crashed runs.
@@ -15,6 +17,35 @@ LABEL_OWNER = "t1jax.owner"
 LABEL_RUN = "t1jax.run"
 LABEL_PID = "t1jax.pid"
 LABEL_HOST = "t1jax.host"
+
+
+def reapable(run: str | None, host: str | None, pid, run_id: str | None) -> bool:
+    """Whether a reap may remove a sandbox its run `run`, on `host`, by process `pid` left.
+
+    With `run_id`: that run's sandboxes, unless a live process other than this one on this
+    host owns them. Why: run ids repeat (an evaluation's default names its label and start
+    second; two checkouts share a workdir name), and a reap by run id alone removed another
+    job's live containers under its trials. Without: those whose owner on this host is dead
+    (a run killed with SIGKILL cannot clean up after itself)."""
+    if run_id is not None and run != run_id:
+        return False
+    if host != socket.gethostname():
+        return run_id is not None  # another machine's run: only by its run id
+    try:
+        pid = int(pid or 0)
+    except (TypeError, ValueError):
+        pid = 0
+    if pid == os.getpid():
+        return run_id is not None
+    if pid <= 0:
+        return True  # no owner recorded
+    try:
+        os.kill(pid, 0)
+        return False
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
 
 
 class SandboxError(RuntimeError):

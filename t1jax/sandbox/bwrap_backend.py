@@ -22,7 +22,7 @@ from pathlib import Path
 
 from t1jax.sandbox import dockerfile_subset as layers, images
 from t1jax.sandbox.backend import SandboxSpec
-from t1jax.sandbox.base import SandboxError
+from t1jax.sandbox.base import SandboxError, reapable
 from t1jax.sandbox.bwrap import (CACHE, DEFAULT_PATH, BwrapSandbox, Cgroup, bwrap_argv,
                                  default_rootfs, rmtree, scan_tree)
 
@@ -116,7 +116,8 @@ class BwrapBackend:
 
     def reap(self, run_id: str | None = None) -> int:
         """Remove sandbox dirs (with their cgroups and processes) and snapshots of `run_id`, or
-        of any run whose owning process on this host is dead; returns how many."""
+        of any run whose owning process on this host is dead, never a live other process's
+        (`base.reapable`); returns how many."""
         removed = 0
         for path in _dirs(self.runs_dir) + _dirs(self.images_dir, "snap-"):
             try:
@@ -136,17 +137,8 @@ class BwrapBackend:
 
 
 def _abandoned(owner: dict, run_id: str | None) -> bool:
-    if run_id is not None:
-        return owner.get("run_id") == run_id
-    if owner.get("host", socket.gethostname()) != socket.gethostname():
-        return False  # another machine's run: we cannot tell whether it lives
-    try:
-        os.kill(int(owner.get("pid") or 0) or 2**22 + 1, 0)  # no pid recorded: dead
-        return False
-    except (ProcessLookupError, ValueError):
-        return True
-    except PermissionError:
-        return False
+    return reapable(owner.get("run_id"), owner.get("host", socket.gethostname()),
+                    owner.get("pid"), run_id)
 
 
 def _dirs(parent: Path, prefix: str = "") -> list[Path]:

@@ -3,13 +3,11 @@ committed images, and a reaper for what crashed runs leave behind."""
 
 from __future__ import annotations
 
-import os
-import socket
-
 from t1jax.sandbox import base, images
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import SandboxError
 from t1jax.sandbox.docker import DockerSandbox, docker_client
+
 
 class DockerBackend:
     name = "docker"
@@ -61,22 +59,13 @@ class DockerBackend:
 
     def reap(self, run_id: str | None = None) -> int:
         """Remove t1jax containers and snapshots of `run_id`, or of any run whose owning process
-        on this host is dead (a run killed with SIGKILL cannot clean up after itself)."""
+        on this host is dead (a run killed with SIGKILL cannot clean up after itself); never
+        those of a live process other than this one (`base.reapable`)."""
         import docker.errors
-        host = socket.gethostname()
 
         def abandoned(labels: dict) -> bool:
-            if run_id is not None:
-                return labels.get(base.LABEL_RUN) == run_id
-            if labels.get(base.LABEL_HOST) != host:
-                return False  # another machine's run: we cannot tell whether it lives
-            try:
-                os.kill(int(labels.get(base.LABEL_PID, "0")), 0)
-                return False
-            except (ProcessLookupError, ValueError):
-                return True
-            except PermissionError:
-                return False
+            return base.reapable(labels.get(base.LABEL_RUN), labels.get(base.LABEL_HOST),
+                                 labels.get(base.LABEL_PID), run_id)
 
         removed = 0
         owner = {"label": f"{base.LABEL_OWNER}=t1jax"}

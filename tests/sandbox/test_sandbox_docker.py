@@ -16,7 +16,8 @@ import pytest
 
 from t1jax.sandbox import base
 from t1jax.sandbox.base import StorageQuotaExceeded
-from t1jax.sandbox.docker import BTRFS_IMAGE_FACTOR, BTRFS_SLACK_BYTES, storage_enforcement
+from t1jax.sandbox.docker import (BTRFS_IMAGE_FACTOR, BTRFS_SLACK_BYTES, DockerSandbox,
+                                  storage_enforcement)
 from t1jax.sandbox.images import LOCAL_BASE_IMAGE
 
 docker_sdk = pytest.importorskip("docker")
@@ -217,6 +218,36 @@ def test_reaper_removes_sandboxes_of_a_killed_parent(client):
     proc.wait(timeout=30)
     assert DockerBackend().reap() >= 1
     assert container_gone(client, name)
+
+
+def test_a_reap_by_run_id_spares_a_live_process_with_the_same_run_id(client):
+    # run ids repeat (an evaluation's default is its label and start second): reaping one's
+    # run id must not remove another live job's containers under its trials
+    from t1jax.sandbox.docker_backend import DockerBackend
+    run_id = f"shared-run-{uuid.uuid4().hex[:6]}"
+    child = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {ROOT!r})
+        from t1jax.sandbox.docker import DockerSandbox
+        sb = DockerSandbox({LOCAL_BASE_IMAGE!r}, run_id={run_id!r}).start()
+        print(sb.container.name, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = proc.stdout.readline().strip()
+        with DockerSandbox(LOCAL_BASE_IMAGE, run_id=run_id).start() as ours:
+            backend = DockerBackend()
+            assert backend.reap(run_id) == 1  # ours only
+            assert container_gone(client, ours.container.name)
+            assert not container_gone(client, theirs)
+            backend.reap()  # no run id: only dead owners' (another test's may go)
+            assert not container_gone(client, theirs)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert DockerBackend().reap(run_id) == 1  # its owner is dead now
+    assert container_gone(client, theirs)
 
 
 # -- adversarial: the host is unaffected and the sandbox is reclaimed ---------------------------
