@@ -86,18 +86,20 @@ class Attention(nnx.Module):
                 cache_layer, k, v, positions, segment_ids, cache_lengths)
             key_segments = key_valid.astype(jnp.int32)  # one segment: the row's valid keys
             query_segments = jnp.ones_like(positions)
-        if use_flash(self.attention, q.shape[1], keys.shape[1]):
-            out = flash_attention(q, keys, values, positions, query_segments, key_positions,
-                                  key_segments, block_q=self.block, block_k=self.block,
-                                  index_causal=cache_layer is None)
-        else:
-            mask = ((query_segments[:, :, None] == key_segments[:, None, :])
-                    & (key_positions[:, None, :] <= positions[:, :, None]))
-            if cache_layer is None:  # training rows (and cacheless prefill) are index-causal
-                mask = mask & (segment_ids[:, :, None] > 0)
-                out = attend_causal(q, keys, values, mask, self.kv_heads, self.query_blocks)
+        with jax.named_scope("scores"):  # q.k, mask, softmax, weighted values
+            if use_flash(self.attention, q.shape[1], keys.shape[1]):
+                out = flash_attention(q, keys, values, positions, query_segments, key_positions,
+                                      key_segments, block_q=self.block, block_k=self.block,
+                                      index_causal=cache_layer is None)
             else:
-                out = attend(q, keys, values, mask, self.kv_heads)
+                mask = ((query_segments[:, :, None] == key_segments[:, None, :])
+                        & (key_positions[:, None, :] <= positions[:, :, None]))
+                if cache_layer is None:  # training rows (and cacheless prefill): index-causal
+                    mask = mask & (segment_ids[:, :, None] > 0)
+                    out = attend_causal(q, keys, values, mask, self.kv_heads,
+                                        self.query_blocks)
+                else:
+                    out = attend(q, keys, values, mask, self.kv_heads)
         if self.gated:
             gate = jnp.einsum("bsd,dhk->bshk", x, self.gate[...].astype(dt))
             out = out * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(dt)
@@ -179,26 +181,33 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, x, positions, segment_ids, route_indices=None, cache_layer=None,
                  cache_lengths=None):
-        if self.is_linear:
-            h, new_layer = self.attn(self.input_norm(x), segment_ids, cache_layer, cache_lengths)
-        else:
-            h, new_layer = self.attn(self.input_norm(x), positions, segment_ids, cache_layer,
-                                     cache_lengths)
+        # named scopes (HLO metadata only) attribute a profile's ops to the model's parts:
+        # experiments/benchmarks/step_profile.py
+        with jax.named_scope("norm"):
+            normed = self.input_norm(x)
+        with jax.named_scope("linear_attention" if self.is_linear else "attention"):
+            if self.is_linear:
+                h, new_layer = self.attn(normed, segment_ids, cache_layer, cache_lengths)
+            else:
+                h, new_layer = self.attn(normed, positions, segment_ids, cache_layer,
+                                         cache_lengths)
         x = x + h
-        normed = self.post_attn_norm(x)
+        with jax.named_scope("norm"):
+            normed = self.post_attn_norm(x)
         b, s, d = x.shape
-        if self.is_moe:
-            flat = None if route_indices is None else route_indices.reshape(b * s, -1)
-            y, routing, aux, free = self.mlp(normed.reshape(b * s, d), flat,
-                                             (segment_ids > 0).reshape(-1))
-            y, indices = y.reshape(b, s, d), routing.indices.reshape(b, s, -1)
-            free = free.reshape(b, s, -1)
-        else:
-            y, indices, aux, free = self.mlp(normed), None, None, None
-        if self.has_shared:
-            weight = jax.nn.sigmoid((normed @ self.shared_gate[...].astype(normed.dtype))
-                                    .astype(jnp.float32)).astype(normed.dtype)
-            y = y + weight * self.shared(normed)
+        with jax.named_scope("moe" if self.is_moe else "mlp"):
+            if self.is_moe:
+                flat = None if route_indices is None else route_indices.reshape(b * s, -1)
+                y, routing, aux, free = self.mlp(normed.reshape(b * s, d), flat,
+                                                 (segment_ids > 0).reshape(-1))
+                y, indices = y.reshape(b, s, d), routing.indices.reshape(b, s, -1)
+                free = free.reshape(b, s, -1)
+            else:
+                y, indices, aux, free = self.mlp(normed), None, None, None
+            if self.has_shared:
+                weight = jax.nn.sigmoid((normed @ self.shared_gate[...].astype(normed.dtype))
+                                        .astype(jnp.float32)).astype(normed.dtype)
+                y = y + weight * self.shared(normed)
         x = constrain(x + y, ("batch", "length", "embed"))
         return x, (indices, free), aux, new_layer
 
@@ -295,8 +304,9 @@ class CausalLM(nnx.Module):
                                                            cache)
         if not logits:
             return ModelOutput(None, None, routes_out, aux, new_cache, free, hidden=h)
-        out = jnp.einsum("bsd,dv->bsv", h, self.head().astype(h.dtype),
-                         preferred_element_type=jnp.float32)
+        with jax.named_scope("lm_head"):
+            out = jnp.einsum("bsd,dv->bsv", h, self.head().astype(h.dtype),
+                             preferred_element_type=jnp.float32)
         out = constrain(out, ("batch", "length", "vocab"))
         return ModelOutput(out, None, routes_out, aux, new_cache, free)
 

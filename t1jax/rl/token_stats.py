@@ -37,6 +37,7 @@ def token_stats(hidden, head, tokens, temperature: float = 1.0, *, chunk: int = 
     tgt = tgt.reshape(B, k, chunk).swapaxes(0, 1)            # [k, B, chunk]
 
     @jax.checkpoint
+    @jax.named_scope("lm_head")
     def stats(head, h_c, t_c):
         logits = jnp.einsum("bsd,dv->bsv", h_c, head, preferred_element_type=jnp.float32)
         scaled = logits / temperature
