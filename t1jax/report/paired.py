@@ -48,3 +48,36 @@ def paired_difference(before: list[dict], after: list[dict], key: str = "resolve
     return {"tasks": len(diffs), "mean": float(diffs.mean()),
             "se": float(diffs.std(ddof=1) / math.sqrt(len(diffs))),
             "low": float(low), "high": float(high)}
+
+
+def variance_components(before: list[dict], after: list[dict], key: str = "resolved") -> dict:
+    """The paired difference's noise split in two, for sizing an evaluation: `within`, the
+    variance of one attempt's difference around its task's mean (sampling: shrinks with more
+    attempts), and `between`, the variance of the tasks' true differences (shrinks only with
+    more tasks); a one-way random-effects ANOVA over tasks with the same attempt count.
+    Attempts pair by index (one seed gives both policies the same draws per attempt).
+    se(tasks, attempts) = sqrt((between + within / attempts) / tasks)."""
+    def by_attempt(trials):
+        out: dict[str, dict[int, float]] = {}
+        for t in trials:
+            if t.get("status", "done") == "done":
+                value = bool(t.get("resolved")) if key == "resolved" else t.get(key)
+                out.setdefault(t["task_id"], {})[int(t.get("attempt", 0))] = float(value)
+        return out
+    a, b = by_attempt(before), by_attempt(after)
+    diffs = [[b[t][i] - a[t][i] for i in sorted(set(a[t]) & set(b[t]))]
+             for t in sorted(set(a) & set(b))]
+    k = min((len(d) for d in diffs), default=0)
+    if len(diffs) < 2 or k < 2:
+        raise ValueError(f"need 2+ tasks with 2+ paired attempts each, got {len(diffs)} tasks, "
+                         f"{k} attempts")
+    d = np.array([row[:k] for row in diffs], np.float64)
+    within = float(d.var(axis=1, ddof=1).mean())
+    between = float(d.mean(axis=1).var(ddof=1) - within / k)
+    return {"tasks": len(d), "attempts": k, "within": within, "between": max(between, 0.0),
+            "between_raw": between}
+
+
+def projected_se(components: dict, tasks: int, attempts: int) -> float:
+    """The standard error of the mean per-task difference with `tasks` tasks x `attempts`."""
+    return math.sqrt((components["between"] + components["within"] / attempts) / tasks)

@@ -1,6 +1,7 @@
-"""experiments/ppo_seed_sweep.py's arithmetic: per-seed PPO - SFT paired by task, and the pooled
-difference (each task's difference averaged over the seeds), checked against hand-computed
-values on written trials.jsonl files (no training: the sweep's runs are the main job's)."""
+"""The arithmetic behind the reliability claims, on written trials.jsonl files checked against
+hand-computed values (no training: the runs are the main job's): experiments/ppo_seed_sweep.py's
+per-seed and pooled PPO - SFT, and the noise split of t1jax.report.paired.variance_components
+with experiments/probes/se_budget.py's pooling of evaluation draws."""
 
 import json
 import math
@@ -59,3 +60,37 @@ def test_the_pool_keeps_only_tasks_every_seed_evaluated(tmp_path):
     results = ppo_seed_sweep.gains(workdirs, "resolved")
     assert results[2]["tasks"] == 2 and results["pooled"]["tasks"] == 2
     assert results["pooled"]["mean"] == pytest.approx(np.mean([0.0, 0.75]))
+
+
+def trials(resolved: dict[str, list[int]]) -> list[dict]:
+    return [{"task_id": t, "attempt": a, "status": "done", "resolved": bool(r)}
+            for t, attempts in resolved.items() for a, r in enumerate(attempts)]
+
+
+def test_variance_components_split_the_paired_noise():
+    from t1jax.report.paired import paired_difference, projected_se, variance_components
+    before = trials({"t1": [0, 0], "t2": [0, 0], "t3": [0, 0]})
+    after = trials({"t1": [1, 1], "t2": [0, 0], "t3": [1, 0]})
+    c = variance_components(before, after)
+    # differences per attempt: t1 (1, 1), t2 (0, 0), t3 (1, 0): within-task variance 1/6 on
+    # average; the task means 1, 0, 1/2 vary by 1/4, of which 1/12 is the attempts' noise
+    assert (c["tasks"], c["attempts"]) == (3, 2)
+    assert c["within"] == pytest.approx(1 / 6) and c["between"] == pytest.approx(1 / 6)
+    # at the design it was measured on, the projection is the paired difference's own SE
+    assert projected_se(c, 3, 2) == pytest.approx(paired_difference(before, after)["se"])
+    assert projected_se(c, 12, 8) < projected_se(c, 3, 2)
+    with pytest.raises(ValueError, match="2\\+ paired attempts"):
+        variance_components(trials({"t1": [0], "t2": [1]}), trials({"t1": [1], "t2": [1]}))
+
+
+def test_se_budget_pools_the_attempts_of_other_evaluation_draws(tmp_path):
+    sys.path.insert(0, str(ROOT / "experiments" / "probes"))
+    import se_budget
+    runs = [tmp_path / "draw_a", tmp_path / "draw_b"]
+    for run, ppo in zip(runs, ({"t1": [1, 0], "t2": [0, 0]}, {"t1": [1, 1], "t2": [1, 0]})):
+        write_run(run, "sft", {"t1": [0, 0], "t2": [0, 0]})
+        write_run(run, "ppo", ppo)
+    pooled = se_budget.pooled_trials(runs, "ppo")
+    assert sorted((r["task_id"], r["attempt"], r["resolved"]) for r in pooled) == [
+        ("t1", 0, True), ("t1", 1, False), ("t1", 2, True), ("t1", 3, True),
+        ("t2", 0, False), ("t2", 1, False), ("t2", 2, True), ("t2", 3, False)]
