@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -50,18 +51,23 @@ def evaluate_on(run: Path, label: str, backend: str, tasks: int) -> dict:
     config = tiny_cpu.get_config()
     config.sandbox.backend = backend
     work = Path(tempfile.mkdtemp(prefix=f"t1jax-eval-{backend}-"))
-    for name in ("pool", "tokenizer.json"):  # the run's tasks and tokenizer, read only
-        (work / name).symlink_to((run / name).resolve())
-    recipe = Recipe(config, work)
-    heldout = recipe.split("heldout")[:tasks]
-    recipe._splits["heldout"] = heldout
-    policy = build.restored_actor(build.policy(config), run / label / "checkpoints")
-    for task in heldout:  # image builds are not what is measured
-        recipe.images[task.task_id] = recipe.stack().backend.build(task)
-    busy, own, t = busy_cpu_s(), own_cpu_s(), time.perf_counter()
-    summary = recipe.evaluate(label, policy)
-    wall, busy, own = time.perf_counter() - t, busy_cpu_s() - busy, own_cpu_s() - own
-    trials = [json.loads(line) for line in open(recipe.eval_dir(label) / "trials.jsonl")]
+    try:  # the run's tokenizer, train split (the reward scale) and first test tasks, read only
+        (work / "tokenizer.json").symlink_to((run / "tokenizer.json").resolve())
+        (work / "pool" / "heldout").mkdir(parents=True)
+        (work / "pool" / "train").symlink_to((run / "pool" / "train").resolve())
+        for task_dir in sorted(p for p in (run / "pool" / "heldout").iterdir()
+                               if p.is_dir())[:tasks]:
+            (work / "pool" / "heldout" / task_dir.name).symlink_to(task_dir.resolve())
+        recipe = Recipe(config, work)
+        policy = build.restored_actor(build.policy(config), run / label / "checkpoints")
+        for task in recipe.split("heldout"):  # image builds are not what is measured
+            recipe.images[task.task_id] = recipe.stack().backend.build(task)
+        busy, own, t = busy_cpu_s(), own_cpu_s(), time.perf_counter()
+        summary = recipe.evaluate(label, policy)
+        wall, busy, own = time.perf_counter() - t, busy_cpu_s() - busy, own_cpu_s() - own
+        trials = [json.loads(line) for line in open(recipe.eval_dir(label) / "trials.jsonl")]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return {"backend": backend, "wall": wall, "trials": len(trials), "busy": busy, "own": own,
             "resolved": summary["resolved_rate"],
             "outcomes": {(r["task_id"], r["attempt"]): (r["resolved"], r["reward"])

@@ -18,12 +18,14 @@ its numbers are the same without them).
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import glob
 import gzip
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -32,7 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-DUMP = tempfile.mkdtemp(prefix="t1jax-step-profile-")
+DUMP = tempfile.mkdtemp(prefix="t1jax-step-profile-")  # the optimized HLO, for op names
+atexit.register(shutil.rmtree, DUMP, ignore_errors=True)
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={DUMP}"
                            " --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE"
                            " --xla_dump_hlo_module_re=.*(sft|ppo)_step.*")
