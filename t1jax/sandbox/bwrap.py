@@ -41,6 +41,7 @@ import stat
 import subprocess
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 from t1jax.sandbox import dockerfile_subset as layers, images
@@ -51,6 +52,12 @@ from t1jax.sandbox.shell_sandbox import ShellSandbox
 CACHE = Path.home() / ".cache" / "t1jax"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="t1jax-bwrap-spawn")
+# JAX warns at every fork of its multithreaded process, and every sandbox, snapshot and copy
+# here is a subprocess's fork + exec: 833 warnings in one main-job log, hiding its progress.
+# That child runs only plain system calls before exec (rlimits and a cgroup write: _preexec),
+# so the warning is silenced for subprocess's forks only; a fork anywhere else still warns.
+warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning,
+                        module="subprocess")
 
 
 def default_rootfs() -> str:

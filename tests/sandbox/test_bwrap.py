@@ -282,3 +282,33 @@ def test_reap_dead_owner(backend, image):
     with backend.create(SandboxSpec(image=image, run_id="alive")) as live:
         assert backend.reap() == 1 and not stale.exists() and live.dir.exists()
         assert backend.reap("alive") == 1 and not live.dir.exists()
+
+
+def test_sandboxes_started_from_a_jax_process_do_not_warn_about_fork(image, tmp_path):
+    # every sandbox is a subprocess fork + exec; with JAX initialized, each printed JAX's fork
+    # warning (833 in one main-job log); a fork elsewhere must still warn
+    import subprocess
+    import sys
+    child = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        import jax
+        jax.devices()  # JAX installs its at-fork warning with its backends
+        from t1jax.sandbox.backend import SandboxSpec
+        from t1jax.sandbox.bwrap_backend import BwrapBackend
+        backend = BwrapBackend(rootfs={ROOTFS!r}, cache_dir={str(tmp_path)!r})
+        for _ in range(2):
+            with backend.create(SandboxSpec(image={image!r}, run_id="fork-warning")) as sb:
+                assert sb.exec("echo ok").output.strip() == "ok"
+        print("sandboxes done", file=sys.stderr, flush=True)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, _, after = done.stderr.partition("sandboxes done")
+    assert "os.fork() was called" not in before, before[-2000:]
+    assert "os.fork() was called" in after
