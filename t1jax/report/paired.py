@@ -22,12 +22,18 @@ def per_task(trials: list[dict], key: str) -> dict[str, float]:
     skipped trials and trials without the value are left out."""
     values: dict[str, list[float]] = {}
     for t in trials:
-        if t.get("status", "done") != "done":
-            continue
-        value = bool(t.get("resolved")) if key == "resolved" else t.get(key)
-        if isinstance(value, (bool, int, float)):
-            values.setdefault(t["task_id"], []).append(float(value))
+        if (value := trial_value(t, key)) is not None:
+            values.setdefault(t["task_id"], []).append(value)
     return {task: float(np.mean(v)) for task, v in values.items()}
+
+
+def trial_value(trial: dict, key: str) -> float | None:
+    """A finished trial's `key` as a number ("resolved" as 0/1); None for a skipped trial or
+    one without the value."""
+    if trial.get("status", "done") != "done":
+        return None
+    value = bool(trial.get("resolved")) if key == "resolved" else trial.get(key)
+    return float(value) if isinstance(value, (bool, int, float)) else None
 
 
 def paired_difference(before: list[dict], after: list[dict], key: str = "resolved", *,
@@ -60,9 +66,8 @@ def variance_components(before: list[dict], after: list[dict], key: str = "resol
     def by_attempt(trials):
         out: dict[str, dict[int, float]] = {}
         for t in trials:
-            if t.get("status", "done") == "done":
-                value = bool(t.get("resolved")) if key == "resolved" else t.get(key)
-                out.setdefault(t["task_id"], {})[int(t.get("attempt", 0))] = float(value)
+            if (value := trial_value(t, key)) is not None:
+                out.setdefault(t["task_id"], {})[int(t.get("attempt", 0))] = value
         return out
     a, b = by_attempt(before), by_attempt(after)
     diffs = [[b[t][i] - a[t][i] for i in sorted(set(a[t]) & set(b[t]))]
