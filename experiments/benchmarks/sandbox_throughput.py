@@ -3,7 +3,7 @@ snapshot, verification in a second fresh sandbox) with 1, 2, 4 and 8 sandboxes a
 Ratios are against one sandbox at a time, measured in the same run.
 
   .venv/bin/python experiments/benchmarks/sandbox_throughput.py [--episodes 16] [--backend docker]
-      [--daemon-diff]
+      [--daemon-diff] [--per-file-reads]
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ def main() -> None:
     parser.add_argument("--daemon-diff", action="store_true",
                         help="the tamper check asks the daemon (`docker diff`) instead of "
                         "reading the overlay layers: the baseline of sandbox/overlay.py")
+    parser.add_argument("--per-file-reads", action="store_true",
+                        help="the verifier reads its result files with one archive call each "
+                        "instead of one for the directory: the baseline of get_files")
     args = parser.parse_args()
+    if args.per_file_reads:
+        from t1jax.sandbox.docker import DockerSandbox
+        from t1jax.sandbox.shell_sandbox import ShellSandbox
+        DockerSandbox.get_files = ShellSandbox.get_files
     if args.daemon_diff:
         from t1jax.sandbox import overlay
         overlay.changes = lambda upper, lowers: None  # None: DockerSandbox asks the daemon

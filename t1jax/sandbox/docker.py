@@ -121,6 +121,27 @@ class _ExecSocket:
             self._raw.close()
 
 
+class _ChunkReader(io.RawIOBase):
+    """A file over an iterator of byte chunks (Docker's archive stream) for tarfile's stream
+    mode."""
+
+    def __init__(self, chunks):
+        self._chunks, self._rest = iter(chunks), memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._rest:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._rest = memoryview(chunk)
+        n = min(len(buffer), len(self._rest))
+        buffer[:n], self._rest = self._rest[:n], self._rest[n:]
+        return n
+
+
 class DockerSandbox(ShellSandbox):
     """A task container with a persistent shell. See `base.Sandbox` for the protocol."""
 
@@ -179,10 +200,8 @@ class DockerSandbox(ShellSandbox):
         except docker.errors.DockerException as err:
             raise SandboxError(f"cannot start a sandbox from image {self.image}: {err}") from err
         with self._closing_on_failure():
-            if self.workdir:
-                self._root_exec(["mkdir", "-p", self.workdir])
-                if self.user:
-                    self._root_exec(["chown", self.user, self.workdir])
+            if self.workdir and self.user:  # Docker made the workdir, root's (a `docker
+                self._root_exec(["chown", self.user, self.workdir])  # exec`: ~56 ms here)
             self.container.reload()
             layers = (self.container.attrs.get("GraphDriver") or {}).get("Data") or {}
             upper = layers.get("UpperDir")
@@ -244,6 +263,23 @@ class DockerSandbox(ShellSandbox):
             if member is None or not member.isfile():
                 raise IsADirectoryError(f"{path} in sandbox {self.container.name} is not a file")
             return tar.extractfile(member).read()
+
+    def get_files(self, directory: str, names) -> dict[str, bytes]:
+        """`ShellSandbox.get_files` in one archive call: the verifier reads its results this
+        way (one call instead of three: 56 ms instead of 121 per trial here). `dir/.` follows
+        a linked directory as a `get` of each file would; a linked file is left out."""
+        import docker.errors
+        try:
+            stream, _ = self.container.get_archive(directory.rstrip("/") + "/.")
+        except docker.errors.NotFound:
+            return {}
+        wanted, found = {f"./{name}": name for name in names}, {}
+        with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
+            for member in tar:  # a stream: the directory's other files are never held
+                name = wanted.get(member.name)
+                if name is not None and member.isfile():
+                    found[name] = tar.extractfile(member).read()
+        return found
 
     def changes(self) -> list[tuple[str, str]]:
         """(kind, path) the container added (A), changed (C) or deleted (D), as `docker diff`

@@ -31,6 +31,18 @@ class ShellSandbox:
         self._last_alive_check = 0.0
         self.output_bytes = 0  # every command's output so far (Limits.episode_output_bytes)
 
+    def get_files(self, directory: str, names) -> dict[str, bytes]:
+        """The regular files `names` directly inside `directory`, by name; absent ones (or
+        ones that are not regular files) left out. One `get` each here; Docker overrides it
+        with one archive call."""
+        found = {}
+        for name in names:
+            try:
+                found[name] = self.get(f"{directory.rstrip('/')}/{name}")
+            except (FileNotFoundError, IsADirectoryError):
+                pass
+        return found
+
     # -- for subclasses -----------------------------------------------------------------------
     def _open_shell(self):
         raise NotImplementedError

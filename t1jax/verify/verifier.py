@@ -60,7 +60,8 @@ _SHADOW = re.compile(r"(?:^|/)(?:_?pytest|pluggy)(?:/__init__\.py|\.py)$")
 _IN_SITE = re.compile(r"/(?:site|dist)-packages/")
 OFFLINE_TOOLS = Path(__file__).resolve().parent / "offline"
 OFFLINE_MOUNT = "/opt/t1jax-offline"
-STAND_IN_ERRORS = f"{LOGS}/t1jax-stand-in-errors.txt"  # the stand-ins append what they lacked
+STAND_IN_ERRORS = "t1jax-stand-in-errors.txt"  # in LOGS: the stand-ins append what they lacked
+RESULT_FILES = ("ctrf.json", "junit.xml", "reward.txt", "reward.json")  # in LOGS, read at once
 # offline mode only: the stand-in tools first on PATH, and the --ctrf plugin in every pytest
 OFFLINE_PREFIX = (f"PATH={OFFLINE_MOUNT}/bin:$PATH PYTEST_PLUGINS=t1jax_ctrf "
                   f"PYTHONPATH={OFFLINE_MOUNT}/py${{PYTHONPATH:+:$PYTHONPATH}} ")
@@ -171,8 +172,10 @@ def verify(task, agent_sandbox, backend: Backend, scale: GlobalScale, *, mode: s
             t2 = time.monotonic()
             result = sandbox.exec(_command(task, mode), timeout=task.verifier.timeout_sec)
             timings["run_s"] = time.monotonic() - t2
-            assertions, binary, error = _read_results(sandbox, task, result)
-            stand_in = _read(sandbox, STAND_IN_ERRORS) if mode == "offline" else None
+            files = {name: data.decode("utf-8", errors="replace") for name, data in
+                     sandbox.get_files(LOGS, RESULT_FILES + (STAND_IN_ERRORS,)).items()}
+            assertions, binary, error = _read_results(files, task, result)
+            stand_in = files.get(STAND_IN_ERRORS) if mode == "offline" else None
             stand_in_errors = stand_in.splitlines() if stand_in else []
         after = sha256_tree(staging)
         if after != before:
@@ -218,16 +221,17 @@ def _command(task, mode: str) -> str:
             + f"; rc=$?; if [ $rc -eq 0 ]; then echo 1; else echo 0; fi > {LOGS}/reward.txt")
 
 
-def _read_results(sandbox, task, result):
+def _read_results(files: dict[str, str], task, result):
     """Per-assertion results (CTRF first, then JUnit XML, then the pytest summary in the
-    output, which is how Terminal-Bench 1 graded) and the binary outcome."""
+    output, which is how Terminal-Bench 1 graded) and the binary outcome. files: what
+    /logs/verifier held, by name."""
     errors = []
 
-    def first_parsed(files):
+    def first_parsed(parsers):
         """The first of (file, parser) under /logs/verifier that exists and parses; a file
         that does not parse is an error, and the next one is tried."""
-        for name, parse in files:
-            text = _read(sandbox, f"{LOGS}/{name}")
+        for name, parse in parsers:
+            text = files.get(name)
             if text is None:
                 continue
             try:
@@ -249,13 +253,6 @@ def _read_results(sandbox, task, result):
         errors.append(f"task {task.task_id}: the verifier wrote no results to {LOGS} "
                       f"(exit code {result.exit_code})")
     return assertions, binary, "; ".join(errors) or None
-
-
-def _read(sandbox, path: str) -> str | None:
-    try:
-        return sandbox.get(path).decode("utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError):
-        return None
 
 
 def report_json(report: VerifierReport) -> str:

@@ -19,6 +19,7 @@ from t1jax.sandbox.base import StorageQuotaExceeded
 from t1jax.sandbox.docker import (BTRFS_IMAGE_FACTOR, BTRFS_SLACK_BYTES, DockerSandbox,
                                   storage_enforcement)
 from t1jax.sandbox.images import LOCAL_BASE_IMAGE
+from t1jax.sandbox.shell_sandbox import ShellSandbox
 
 docker_sdk = pytest.importorskip("docker")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -145,6 +146,29 @@ def test_put_get_and_missing_files(sandbox):
     assert sandbox.exec("stat -c %a /app/deep/dir/data.bin").output == "600\n"
     with pytest.raises(FileNotFoundError, match="/nope"):
         sandbox.get("/nope")
+
+
+def test_get_files_reads_a_directory_in_one_archive_as_get_would(sandbox):
+    big = os.urandom(3 * 2**20)  # over one 2 MiB chunk of Docker's archive stream
+    sandbox.put("/logs/v/a.bin", big)
+    sandbox.put("/logs/v/b.txt", b"bee\n")
+    sandbox.put("/logs/v/sub/c.txt", b"nested")
+    sandbox.put("/real/d.txt", b"behind a link")
+    assert sandbox.exec("ln -s a.bin /logs/v/link.bin && ln -s /real /logs/w && "
+                        "mkdir /logs/v/dir.txt").exit_code == 0
+    names = ["a.bin", "b.txt", "c.txt", "link.bin", "dir.txt", "missing"]
+    found = sandbox.get_files("/logs/v", names)
+    assert found == {"a.bin": big, "b.txt": b"bee\n"}  # no nested, linked or non-files
+    assert found == ShellSandbox.get_files(sandbox, "/logs/v", names)  # one `get` per file
+    assert sandbox.get_files("/logs/w/", ["d.txt"]) == {"d.txt": b"behind a link"}
+    assert sandbox.get_files("/nowhere", ["a.bin"]) == {}
+
+
+@pytest.mark.parametrize("user", [None, "nobody"])
+def test_a_workdir_the_image_lacks_is_there_and_the_users(make, user):
+    with make(workdir="/work/deep", user=user) as sb:
+        assert sb.exec("pwd && touch mine && stat -c %U .").output == \
+            f"/work/deep\n{user or 'root'}\n"
 
 
 def test_the_snapshot_keeps_files_everywhere(client, make):
