@@ -200,8 +200,8 @@ class DockerSandbox(ShellSandbox):
         except docker.errors.DockerException as err:
             raise SandboxError(f"cannot start a sandbox from image {self.image}: {err}") from err
         with self._closing_on_failure():
-            if self.workdir and self.user:  # Docker made the workdir, root's (a `docker
-                self._root_exec(["chown", self.user, self.workdir])  # exec`: ~56 ms here)
+            if self.workdir and self.user:  # Docker made a missing workdir, root's
+                self._root_exec(["chown", self.user, self.workdir])
             self.container.reload()
             layers = (self.container.attrs.get("GraphDriver") or {}).get("Data") or {}
             upper = layers.get("UpperDir")
