@@ -61,7 +61,10 @@ _IN_SITE = re.compile(r"/(?:site|dist)-packages/")
 OFFLINE_TOOLS = Path(__file__).resolve().parent / "offline"
 OFFLINE_MOUNT = "/opt/t1jax-offline"
 STAND_IN_ERRORS = "t1jax-stand-in-errors.txt"  # in LOGS: the stand-ins append what they lacked
-RESULT_FILES = ("ctrf.json", "junit.xml", "reward.txt", "reward.json")  # in LOGS, read at once
+# in LOGS, in the order tried: per-assertion results, then the binary outcome
+ASSERTION_FILES = (("ctrf.json", parse_ctrf), ("junit.xml", parse_junit))
+BINARY_FILES = (("reward.txt", parse_binary_reward), ("reward.json", parse_binary_reward))
+RESULT_FILES = tuple(name for name, _ in ASSERTION_FILES + BINARY_FILES)  # read at once
 # offline mode only: the stand-in tools first on PATH, and the --ctrf plugin in every pytest
 OFFLINE_PREFIX = (f"PATH={OFFLINE_MOUNT}/bin:$PATH PYTEST_PLUGINS=t1jax_ctrf "
                   f"PYTHONPATH={OFFLINE_MOUNT}/py${{PYTHONPATH:+:$PYTHONPATH}} ")
@@ -240,11 +243,10 @@ def _read_results(files: dict[str, str], task, result):
                 errors.append(str(err))
         return None
 
-    assertions = first_parsed((("ctrf.json", parse_ctrf), ("junit.xml", parse_junit))) or []
+    assertions = first_parsed(ASSERTION_FILES) or []
     if not assertions:
         assertions = parse_pytest_summary(result.output, f"{task.task_id}:verifier output")
-    binary = first_parsed((("reward.txt", parse_binary_reward),
-                           ("reward.json", parse_binary_reward)))
+    binary = first_parsed(BINARY_FILES)
     if not assertions and _NEEDS_NETWORK.search(result.output):
         errors.append(f"task {task.task_id}: tests/{task.test_script.name} ran no tests; it "
                       "seems to fetch its tools from the network, which sandboxes do not have: "
