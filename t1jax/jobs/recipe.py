@@ -10,6 +10,7 @@ an interruption continues where it stopped.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from pathlib import Path
@@ -259,12 +260,14 @@ class Recipe:
             plan = families.write_family_pool(
                 self.pool_dir, seed=self.config.seed, train_per_family=c.train_per_family,
                 heldout_per_family=c.heldout_per_family,
+                heldout_keys_per_family=c.heldout_keys_per_family,
                 validation_per_family=c.validation_per_family,
+                validation_keys_per_family=c.validation_keys_per_family,
                 families=[f for f in c.families.split(",") if f] or None)
             kill_point("pool", 1, "written")  # tasks written; no tokenizer, no DONE yet
-            tok = train_tokenizer(self.config.model.vocab_size,
-                                  families.family_corpus(self.pool_dir,
-                                                         system_prompt=self.config.agent.system_prompt))
+            # from the train split's text only: validation and test never shape it
+            tok = train_tokenizer(self.config.model.vocab_size, families.family_corpus(
+                self.pool_dir, system_prompt=self.config.agent.system_prompt, splits=("train",)))
             tok.save(str(self.workdir / "tokenizer.json"))
             _mark(self.pool_dir, {"train": len(plan["train"]), "heldout": len(plan["heldout"]),
                                   "validation": len(plan["validation"])})
@@ -353,18 +356,49 @@ class Recipe:
                                    system_prompt=self.config.agent.system_prompt, stage=stage)
 
     def warmup(self) -> None:
+        """Critic Warm-Up until the critic is healthy: it stops once explained variance on
+        fresh rollouts (rl.critic.warmup_health) stays above warmup.min_ev over
+        warmup.ev_window steps, after at least warmup.min_steps; warmup.steps caps it, and a
+        cap reached unhealthy is said loudly (PPO then starts from a critic that does not yet
+        predict returns). warmup.ev_window=0: exactly warmup.steps steps."""
+        from t1jax.checkpoint import finalized_steps
+        from t1jax.metrics_log import read_metrics
         from t1jax.rl import loop
-        out = self.workdir / "warmup"
-        if _done(out) or self.config.warmup.steps <= 0:
+        from t1jax.rl.critic import warmup_health
+        out, w = self.workdir / "warmup", self.config.warmup
+        if _done(out) or w.steps <= 0:
             return
         trainer = self.trainer("critic_warmup")
         build.start_weights(trainer, out / "checkpoints",  # none after a killed first step
                             actor=self.workdir / "sft" / "checkpoints")
+        gate = dict(min_steps=w.min_steps, window=w.ev_window, min_ev=w.min_ev)
+        resumed = (finalized_steps(out / "checkpoints") or [0])[-1]
+        def ev_of(row: dict) -> float:  # metrics.jsonl holds a NaN as null
+            value = row.get("critic/explained_variance")
+            return float("nan") if value is None else float(value)
+
+        evs = [ev_of(row) for row in read_metrics(out) if row.get("step", 0) <= resumed]
+        bar = metric_bar(self.bars, "Critic Warm-Up", w.steps, "critic/explained_variance")
+
+        def healthy(step, metrics) -> bool:
+            evs.append(ev_of(metrics))
+            return warmup_health(evs, **gate)[0]
+
+        steps = resumed if warmup_health(evs, **gate)[0] else w.steps  # healthy before a kill
         loop.run(trainer, self._live(trainer, out, "critic_warmup"), out,
-                 loop.LoopOptions(steps=self.config.warmup.steps, stage="critic_warmup"),
-                 progress=metric_bar(self.bars, "Critic Warm-Up", self.config.warmup.steps,
-                                     "critic/explained_variance"))
-        _mark(out, made_from=self.made_from("warmup"))
+                 loop.LoopOptions(steps=steps, stage="critic_warmup"), progress=bar,
+                 stop=healthy)
+        ok, window_ev = warmup_health(evs, **gate)
+        if w.ev_window > 0 and not ok:
+            logging.warning(
+                "Critic Warm-Up reached its cap of %d steps unhealthy: explained variance %.3f "
+                "over its last %d steps (wanted > %.3f). PPO starts from a critic that does not "
+                "yet predict returns; raise config.warmup.steps or look at rl.critic_lr",
+                w.steps, window_ev, w.ev_window, w.min_ev)
+        finite = lambda v: None if math.isnan(v) else round(v, 6)  # noqa: E731
+        _mark(out, {"steps": len(evs), "healthy": ok, "ev_window_mean": finite(window_ev),
+                    "explained_variance": [finite(v) for v in evs]},
+              made_from=self.made_from("warmup"))
 
     def ppo(self) -> None:
         from t1jax.checkpoint import finalized_steps

@@ -6,6 +6,8 @@ the warmed-up critic is the one PPO continues with.
 
 from __future__ import annotations
 
+import math
+
 import jax
 from flax import nnx
 
@@ -59,3 +61,20 @@ def uniform_value_head(critic_params, key):
             var = var.replace(jax.device_put(new, old.sharding))
         flat.append((path, var))
     return nnx.from_flat_state(flat)
+
+
+def warmup_health(evs, *, min_steps: int, window: int, min_ev: float) -> tuple[bool, float]:
+    """Whether Critic Warm-Up may stop after steps with these explained variances, and the mean
+    over its last `window` steps. Each step's value is measured with the critic's pre-update
+    values on that step's fresh rollouts, which it has never trained on, so it is held-out
+    health, not fit. Healthy: at least `min_steps` steps and the window's mean above `min_ev`
+    (one lucky batch of a few trials does not end it). A NaN step (returns that did not vary)
+    counts against it. window <= 0: never healthy (Warm-Up runs its fixed number of steps)."""
+    evs = [float(v) for v in evs]
+    if window <= 0 or len(evs) < max(min_steps, window):
+        return False, float("nan")
+    last = evs[-window:]
+    if any(math.isnan(v) for v in last):
+        return False, float("nan")
+    mean = sum(last) / window
+    return mean > min_ev, mean

@@ -183,9 +183,11 @@ def _start_from(trainer, actor) -> None:
 
 
 def run(trainer, source: RolloutSource, workdir, options: LoopOptions, *,
-        config_json: str = "{}", progress=None) -> list[dict]:
+        config_json: str = "{}", progress=None, stop=None) -> list[dict]:
     """Train `options.steps` steps (counting from a resumed checkpoint); returns the metrics
-    of the steps run in this call. progress(step, metrics) is called after each step."""
+    of the steps run in this call. progress(step, metrics) is called after each step;
+    stop(step, metrics) -> True ends the run after that step, checkpointed (Critic Warm-Up
+    stops once the critic is healthy)."""
     workdir = Path(workdir)
     ckpt_dir = workdir / "checkpoints"
     step_fn = {"ppo": trainer.ppo_step, "critic_warmup": trainer.critic_step,
@@ -239,7 +241,8 @@ def run(trainer, source: RolloutSource, workdir, options: LoopOptions, *,
                 writer.flush()  # on disk before the checkpoint that makes this step final
                 history.append(metrics)
                 done = step + 1
-                if done % options.checkpoint_every == 0 or done == options.steps:
+                stopping = stop is not None and bool(stop(done, metrics))
+                if done % options.checkpoint_every == 0 or done == options.steps or stopping:
                     checkpointer.save(done, state_items(trainer.state),
                                       {"step": done, "source": source_state,
                                        "config": json.loads(config_json),
@@ -248,6 +251,8 @@ def run(trainer, source: RolloutSource, workdir, options: LoopOptions, *,
                     kill_point(options.stage, done, "saving")
                 if progress is not None:
                     progress(done, metrics)
+                if stopping:
+                    break
         checkpointer.wait()
     return history
 

@@ -233,18 +233,23 @@ def write_task(task_dir: Path, family: str, key: str, second: str) -> Path:
 # -- the split ---------------------------------------------------------------------------------
 def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family: int = 4,
                heldout_keys_per_family: int = 3, validation_per_family: int = 0,
-               families=None) -> dict:
+               validation_keys_per_family: int = 1, families=None) -> dict:
     """Which instances go where, deterministic in seed. Per family, `heldout_keys_per_family`
-    key entities are held out (chosen so every entity stays in train with some family). The
-    held-out (test) tasks are ceil(n/2) instances of held-out combinations and the rest fresh
-    instances of train combinations (an unseen second slot); `validation_per_family` more,
-    split the same way and disjoint from both, make the validation split that settings are
-    chosen on. Where a family has too few fresh instances left after train (the fixture
-    families: 4 second slots per key), held-out combinations fill the rest."""
+    key entities are held out for the test split and, when a validation split is asked for,
+    `validation_keys_per_family` other ones for it (chosen so every entity stays in train with
+    some family). The test tasks are ceil(n/2) instances of the test's held-out combinations
+    and the rest fresh instances of train combinations (an unseen second slot);
+    `validation_per_family` more, made the same way from the validation's own held-out keys and
+    disjoint from both, make the validation split that settings are chosen on. Validation and
+    test share no task and no held-out (family, key) combination, so what a choice on
+    validation learnt about a combination cannot show up on test. Where a family has too few
+    fresh instances left after train (the fixture families: 4 second slots per key), held-out
+    combinations fill the rest."""
     families = tuple(families or FAMILIES)
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown families {unknown}; known: {FAMILIES}")
+    n_val_keys = validation_keys_per_family if validation_per_family > 0 else 0
     rng = random.Random(f"t1jax-families-{seed}")
     # rotate held-out keys over a shuffled entity list so no entity is held out everywhere
     order = list(ENTITIES)
@@ -254,9 +259,11 @@ def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family:
             "heldout": [], "heldout_combinations": [], "heldout_fresh": [],
             "validation": [], "validation_combinations": [], "validation_fresh": []}
     for fi, family in enumerate(families):
-        start = (fi * heldout_keys_per_family) % len(order)
-        held = [order[(start + j) % len(order)] for j in range(heldout_keys_per_family)]
-        train_keys = [e for e in ENTITIES if e not in held]
+        start = (fi * (heldout_keys_per_family + n_val_keys)) % len(order)
+        held_all = [order[(start + j) % len(order)]
+                    for j in range(heldout_keys_per_family + n_val_keys)]
+        held, val_keys = held_all[:heldout_keys_per_family], held_all[heldout_keys_per_family:]
+        train_keys = [e for e in ENTITIES if e not in held_all]
         train_pool = [(family, k, s) for k in train_keys for s in _second_choices(family, k)]
         rng.shuffle(train_pool)
         # spread train over keys first (round-robin) so every train combination is seen
@@ -271,34 +278,31 @@ def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family:
             i += 1
         if train_per_family > len(spread):
             raise ValueError(f"family {family}: {train_per_family} train instances exceed its "
-                             f"{len(spread)} train-combination instances")
+                             f"{len(spread)} train-combination instances (held out: "
+                             f"{heldout_keys_per_family} test + {n_val_keys} validation keys)")
         train = spread[:train_per_family]
         seen = {(f, k) for f, k, _ in train}
         fresh_pool = [x for x in spread[train_per_family:] if (x[0], x[1]) in seen]
-        held_pool = [(family, k, s) for k in held for s in _second_choices(family, k)]
-        rng.shuffle(held_pool)
-        combos_taken: list = []
 
-        def take(n: int) -> tuple[list, list]:
-            """n tasks: ceil(n/2) held-out combinations (cycling over the held-out keys), the
-            rest fresh instances while they last, then combinations again."""
+        def take(n: int, keys: list[str], split: str) -> tuple[list, list]:
+            """n tasks: ceil(n/2) combinations of `keys` (cycling over them), the rest fresh
+            instances while they last, then combinations again."""
+            combos = [(family, k, s) for k in keys for s in _second_choices(family, k)]
+            rng.shuffle(combos)
             n_fresh = min(n // 2, len(fresh_pool))
             fresh = [fresh_pool.pop(0) for _ in range(n_fresh)]
-            combo = []
+            combo: list = []
             for _ in range(n - n_fresh):
-                left = [x for x in held_pool if x not in combos_taken]
+                left = [x for x in combos if x not in combo]
                 if not left:
                     raise ValueError(f"family {family}: not enough held-out combinations for "
-                                     f"{heldout_per_family} test + {validation_per_family} "
-                                     f"validation tasks")
-                key = held[len(combos_taken) % len(held)]
-                pick = next((x for x in left if x[1] == key), left[0])
-                combos_taken.append(pick)
-                combo.append(pick)
+                                     f"{n} {split} tasks ({len(keys)} held-out keys)")
+                key = keys[len(combo) % len(keys)]
+                combo.append(next((x for x in left if x[1] == key), left[0]))
             return combo, fresh
 
-        combo, fresh = take(heldout_per_family)
-        vcombo, vfresh = take(validation_per_family)
+        combo, fresh = take(heldout_per_family, held, "test")
+        vcombo, vfresh = take(validation_per_family, val_keys, "validation")
         plan["train"] += [task_id(*x) for x in train]
         plan["heldout_combinations"] += [task_id(*x) for x in combo]
         plan["heldout_fresh"] += [task_id(*x) for x in fresh]
@@ -307,6 +311,7 @@ def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family:
         plan["validation_fresh"] += [task_id(*x) for x in vfresh]
         plan["validation"] += [task_id(*x) for x in vcombo + vfresh]
         plan.setdefault("heldout_keys", {})[family] = held
+        plan.setdefault("validation_keys", {})[family] = val_keys
         plan.setdefault("instances", {}).update(
             {task_id(*x): list(x) for x in train + combo + fresh + vcombo + vfresh})
     return plan
@@ -314,7 +319,8 @@ def plan_split(*, seed: int = 0, train_per_family: int = 16, heldout_per_family:
 
 def write_family_pool(out_dir, *, seed: int = 0, train_per_family: int = 16,
                       heldout_per_family: int = 4, heldout_keys_per_family: int = 3,
-                      validation_per_family: int = 0, families=None) -> dict:
+                      validation_per_family: int = 0, validation_keys_per_family: int = 1,
+                      families=None) -> dict:
     """Write `out_dir/train/<task-id>/`, `out_dir/heldout/<task-id>/` (the test split),
     `out_dir/validation/<task-id>/` (when asked for) and `out_dir/split.json` (the plan: train,
     heldout, validation, their combination / fresh parts, heldout_keys, instances).
@@ -323,7 +329,8 @@ def write_family_pool(out_dir, *, seed: int = 0, train_per_family: int = 16,
     plan = plan_split(seed=seed, train_per_family=train_per_family,
                       heldout_per_family=heldout_per_family,
                       heldout_keys_per_family=heldout_keys_per_family,
-                      validation_per_family=validation_per_family, families=families)
+                      validation_per_family=validation_per_family,
+                      validation_keys_per_family=validation_keys_per_family, families=families)
     for split in ("train", "heldout", "validation"):
         if (out_dir / split).exists():
             shutil.rmtree(out_dir / split)
@@ -334,10 +341,10 @@ def write_family_pool(out_dir, *, seed: int = 0, train_per_family: int = 16,
 
 
 # -- tokenizer corpus --------------------------------------------------------------------------
-def _instances_from(pool_dir_or_tasks) -> list[tuple[str, str, str]]:
+def _instances_from(pool_dir_or_tasks, splits=("train",)) -> list[tuple[str, str, str]]:
     if isinstance(pool_dir_or_tasks, (str, Path)):
         plan = json.loads((Path(pool_dir_or_tasks) / "split.json").read_text())
-        return [tuple(v) for v in plan["instances"].values()]
+        return [tuple(plan["instances"][t]) for split in splits for t in plan[split]]
     out = []
     for t in pool_dir_or_tasks:
         if isinstance(t, (tuple, list)):
@@ -349,19 +356,21 @@ def _instances_from(pool_dir_or_tasks) -> list[tuple[str, str, str]]:
 
 
 def family_corpus(pool_dir_or_tasks=None, *, system_prompt: str = SYSTEM_PROMPT,
-                  repeats: int = 4) -> list[str]:
+                  repeats: int = 4, splits=("train",)) -> list[str]:
     """BPE training text for the tiny tokenizer: the chat glue exactly as the agent loop renders
     it (prefix with `system_prompt` and the bash tools block, tool calls, observations, final
     answer), every instruction and solution command, and typical outputs, repeated so the
     merges make the constant glue and the entity words whole tokens.
 
-    pool_dir_or_tasks: a pool written by write_family_pool, loaded Tasks of it, instances
+    pool_dir_or_tasks: a pool written by write_family_pool (its `splits`: train only by
+    default, so no validation or test text shapes the tokenizer; every entity word still
+    becomes a token, as the corpus lists them all), loaded Tasks of it, instances
     (family, key, second), or None for every instance of every family."""
     from t1jax.rollout.chat import render_observation, render_prefix, render_tool_call
     if pool_dir_or_tasks is None:
         insts = [(f, k, s) for f in FAMILIES for k in ENTITIES for s in _second_choices(f, k)]
     else:
-        insts = _instances_from(pool_dir_or_tasks)
+        insts = _instances_from(pool_dir_or_tasks, splits)
     # Merges go to the most frequent pairs and a 512 vocabulary has ~250 of them: weight the
     # variable parts (entity words in every form they take after pre-tokenization, instruction
     # words, commands, the tool-call JSON) above the constant system/tools block, which costs

@@ -24,13 +24,13 @@ def _tree(root: Path) -> dict:
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     out = tmp_path_factory.mktemp("families")
-    plan = families.write_family_pool(out, seed=0)
+    plan = families.write_family_pool(out, seed=0, validation_per_family=2)
     return out, plan
 
 
 def test_deterministic_in_seed(pool, tmp_path):
     out, _ = pool
-    again = families.write_family_pool(tmp_path / "again", seed=0)
+    again = families.write_family_pool(tmp_path / "again", seed=0, validation_per_family=2)
     assert _tree(out) == _tree(tmp_path / "again")
     other = families.plan_split(seed=1)
     assert other["train"] != again["train"]
@@ -38,13 +38,16 @@ def test_deterministic_in_seed(pool, tmp_path):
 
 def test_main_job_splits_train_validation_test_disjoint():
     """configs/tiny_cpu.py's three splits: no task in two, validation made like the test split
-    (held-out combinations and fresh instances), the test split unchanged by asking for a
-    validation split, fixture families (few fresh instances left) filled with combinations."""
+    (held-out combinations and fresh instances) but from held-out keys of its own, so the two
+    share no held-out (family, key) combination; fixture families (few fresh instances left)
+    filled with combinations."""
     from configs import tiny_cpu
     c = tiny_cpu.get_config().pool
     plan = families.plan_split(seed=0, train_per_family=c.train_per_family,
                                heldout_per_family=c.heldout_per_family,
-                               validation_per_family=c.validation_per_family)
+                               heldout_keys_per_family=c.heldout_keys_per_family,
+                               validation_per_family=c.validation_per_family,
+                               validation_keys_per_family=c.validation_keys_per_family)
     train, val, test = (set(plan[k]) for k in ("train", "validation", "heldout"))
     assert len(test) == 6 * c.heldout_per_family and len(val) == 6 * c.validation_per_family
     assert not (train & val or train & test or val & test)
@@ -52,14 +55,34 @@ def test_main_job_splits_train_validation_test_disjoint():
     assert plan["validation_combinations"] and plan["validation_fresh"]
     inst = plan["instances"]
     train_pairs = {(inst[t][0], inst[t][1]) for t in train}
-    for t in plan["validation_combinations"]:
-        assert (inst[t][0], inst[t][1]) not in train_pairs, t
-    without = families.plan_split(seed=0, train_per_family=c.train_per_family,
-                                  heldout_per_family=c.heldout_per_family)
-    assert without["heldout"] == plan["heldout"] and without["train"] == plan["train"]
+    test_pairs = {(inst[t][0], inst[t][1]) for t in plan["heldout_combinations"]}
+    val_pairs = {(inst[t][0], inst[t][1]) for t in plan["validation_combinations"]}
+    assert not (val_pairs & train_pairs or test_pairs & train_pairs or val_pairs & test_pairs)
+    for family in plan["families"]:
+        assert not set(plan["heldout_keys"][family]) & set(plan["validation_keys"][family])
+        assert {k for f, k in val_pairs if f == family} <= set(plan["validation_keys"][family])
+        assert {k for f, k in test_pairs if f == family} <= set(plan["heldout_keys"][family])
+    # a validation task's key, when held out for its family, is never one of test's
+    for t in plan["validation"]:
+        assert inst[t][1] not in plan["heldout_keys"][inst[t][0]], t
     with pytest.raises(ValueError, match="not enough held-out combinations"):
         families.plan_split(seed=0, train_per_family=50, heldout_per_family=12,
-                            validation_per_family=4)
+                            heldout_keys_per_family=2, validation_per_family=4)
+    with pytest.raises(ValueError, match="train instances exceed"):  # fixture families
+        families.plan_split(seed=0, train_per_family=50, heldout_keys_per_family=3,
+                            validation_per_family=4, validation_keys_per_family=1)
+
+
+def test_tokenizer_corpus_holds_no_validation_or_test_text(pool):
+    """The tokenizer is trained on the train split's text: no held-out instruction shapes it."""
+    out, plan = pool
+    corpus = "\n".join(families.family_corpus(out))
+    for split in ("heldout", "validation"):
+        for tid in plan[split]:
+            instruction = families.render(*plan["instances"][tid])[0]
+            assert instruction not in corpus, tid
+    first_train = families.render(*plan["instances"][plan["train"][0]])[0]
+    assert first_train in corpus
 
 
 def test_heldout_combinations_are_disjoint_from_train(pool):
