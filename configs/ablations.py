@@ -12,6 +12,9 @@ Variants (the argument after the colon):
                  a control, not a method: each step's dense rewards permuted over its trials
                  (rl.reward=shuffled), so the updates are as large but carry no information; a
                  held-out fall as large as the main run's is optimizer drift
+  zero_reward    a control: every trial's reward is 0 (rl.reward=zero), so PPO's updates
+                 follow only the warm critic's baseline; together with shuffled_reward it
+                 bounds what the main run's gain could be without a signal
   cold_critic    no Critic Warm-Up: PPO starts from a critic whose backbone is the SFT actor and
                  whose value head is fresh (warmup.steps=0); the head starts at zero, so
                  its values start at 0 everywhere
@@ -45,6 +48,7 @@ VARIANTS = {
     "no_r3": lambda c: setattr(c.rl, "r3", False),
     "binary_reward": lambda c: setattr(c.rl, "reward", "binary"),
     "shuffled_reward": lambda c: setattr(c.rl, "reward", "shuffled"),
+    "zero_reward": lambda c: setattr(c.rl, "reward", "zero"),
     "cold_critic": lambda c: setattr(c.warmup, "steps", 0),
     "cold_critic_random_head": lambda c: (setattr(c.warmup, "steps", 0),
                                           setattr(c.rl, "value_head_init", "uniform")),

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from t1jax.report.paired import paired_difference, per_task  # noqa: E402
+from t1jax.report.paired import paired_difference, task_differences  # noqa: E402
 from t1jax.rollout.evaluate import read_trials  # noqa: E402
 
 
@@ -39,14 +39,16 @@ def run_seed(source: Path, out: Path, seed: int, config: str, extra: list[str]) 
 
 def gains(workdirs: dict[int, Path], key: str = "resolved") -> dict:
     """{seed: paired difference PPO - SFT} and "pooled": each task's difference averaged over
-    the seeds, then paired against zero (the same interval over tasks)."""
+    the seeds, then paired against zero (the same interval over tasks). Per-task pooling is
+    right here because every seed evaluates the source's one test split (and pairs with its one
+    SFT evaluation): a task's seeds are repeated draws of the same task. Sweeps whose seeds
+    draw their own splits pool by seed instead (t1jax.report.paired.pooled_over_strata)."""
     out, per_seed = {}, {}
     for seed, wd in workdirs.items():
         sft = read_trials(wd / "eval" / "sft" / "trials.jsonl")
         ppo = read_trials(wd / "eval" / "ppo" / "trials.jsonl")
         out[seed] = paired_difference(sft, ppo, key)
-        a, b = per_task(sft, key), per_task(ppo, key)
-        per_seed[seed] = {t: b[t] - a[t] for t in set(a) & set(b)}
+        per_seed[seed] = task_differences(sft, ppo, key)
     tasks = sorted(set.intersection(*(set(d) for d in per_seed.values()))) if per_seed else []
     mean = {t: sum(d[t] for d in per_seed.values()) / len(per_seed) for t in tasks}
     zero = [{"task_id": t, "status": "done", "reward": 0.0} for t in tasks]

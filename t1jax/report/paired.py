@@ -36,14 +36,19 @@ def trial_value(trial: dict, key: str) -> float | None:
     return float(value) if isinstance(value, (bool, int, float)) else None
 
 
+def task_differences(before: list[dict], after: list[dict], key: str = "resolved") -> dict:
+    """{task: after - before} over the tasks both evaluated, each side its task's mean over
+    attempts (per_task), in task order: the sample paired_difference summarizes."""
+    a, b = per_task(before, key), per_task(after, key)
+    return {t: b[t] - a[t] for t in sorted(set(a) & set(b))}
+
+
 def paired_difference(before: list[dict], after: list[dict], key: str = "resolved", *,
                       resamples: int = RESAMPLES, seed: int = 0) -> dict:
     """after - before over the tasks both evaluated: {tasks, mean, se, low, high}; se is the
     standard error of the mean per-task difference, [low, high] the percentile bootstrap 95%
     interval over tasks (seeded: the report repeats). NaN where fewer than 2 tasks pair."""
-    a, b = per_task(before, key), per_task(after, key)
-    tasks = sorted(set(a) & set(b))
-    diffs = np.array([b[t] - a[t] for t in tasks], np.float64)
+    diffs = np.array(list(task_differences(before, after, key).values()), np.float64)
     if len(diffs) < 2:
         mean = float(diffs.mean()) if len(diffs) else math.nan
         return {"tasks": len(diffs), "mean": mean, "se": math.nan, "low": math.nan,
@@ -54,6 +59,45 @@ def paired_difference(before: list[dict], after: list[dict], key: str = "resolve
     return {"tasks": len(diffs), "mean": float(diffs.mean()),
             "se": float(diffs.std(ddof=1) / math.sqrt(len(diffs))),
             "low": float(low), "high": float(high)}
+
+
+def pooled_over_strata(strata, *, resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """Per-task differences from several strata (e.g. recipe seeds, each with its own test
+    split) pooled: {strata, tasks, mean, se, low, high, seed_se}.
+
+    Why stratified: runs that draw their own pool evaluate different tasks, so a task has no
+    counterpart in another run to average with (ppo_seed_sweep's per-task pooling needs one
+    shared split), and one sample of all tasks would weight runs by task count and read the
+    splits' differences as task noise. Each stratum is one run's estimate instead: mean = the
+    mean of the strata's means (equal weight per run); se = sqrt(sum se_i^2) / n, the standard
+    error of that average of independent means; [low, high] = the percentile bootstrap 95%
+    interval that resamples tasks within each stratum and averages the strata's means. Both
+    measure the evaluation's task noise given these runs' trained policies; seed_se, the
+    spread of the strata's means over sqrt(n), also holds the training randomness (with n - 1
+    degrees of freedom: rough for 3 seeds). A stratum is a {task: difference} dict or a
+    sequence of differences; empty ones are left out (`strata` counts those used); se and the
+    interval are NaN unless every stratum has 2+ tasks. With one stratum this is
+    paired_difference's result (the same seed draws the same resamples)."""
+    strata = [np.asarray(list(s.values()) if isinstance(s, dict) else list(s), np.float64)
+              for s in strata]
+    strata = [d for d in strata if len(d)]
+    n = len(strata)
+    nan = math.nan
+    if not n:
+        return {"strata": 0, "tasks": 0, "mean": nan, "se": nan, "low": nan, "high": nan,
+                "seed_se": nan}
+    means = np.array([d.mean() for d in strata])
+    out = {"strata": n, "tasks": int(sum(len(d) for d in strata)), "mean": float(means.mean()),
+           "seed_se": float(means.std(ddof=1) / math.sqrt(n)) if n > 1 else nan}
+    if min(len(d) for d in strata) < 2:
+        return {**out, "se": nan, "low": nan, "high": nan}
+    se = math.sqrt(sum(d.var(ddof=1) / len(d) for d in strata)) / n
+    rng = np.random.default_rng(seed)
+    boots = np.zeros(resamples)
+    for d in strata:
+        boots += d[rng.integers(0, len(d), (resamples, len(d)))].mean(axis=1)
+    low, high = np.percentile(boots / n, [2.5, 97.5])
+    return {**out, "se": float(se), "low": float(low), "high": float(high)}
 
 
 def variance_components(before: list[dict], after: list[dict], key: str = "resolved") -> dict:

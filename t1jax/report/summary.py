@@ -224,6 +224,24 @@ def _eval_table(evals: dict) -> list[str]:
     return out + [""]
 
 
+def _critic_health(workdir: Path, ppo_rows: list[dict]) -> list[str]:
+    """Whether Critic Warm-Up ended healthy (its DONE record) and the critic's explained
+    variance on PPO's first batch: the number the warm-up exists to make positive."""
+    lines = []
+    marker = workdir / "warmup" / "DONE"
+    info = json.loads(marker.read_text() or "{}") if marker.is_file() else {}
+    if "healthy" in info:
+        window = info.get("ev_window_mean")
+        lines.append(f"- Critic Warm-Up: {info.get('steps')} steps, "
+                     + ("healthy" if info["healthy"] else "**reached its cap unhealthy**")
+                     + f" (explained variance over its last steps: {_fmt(window)})")
+    first = next((r.get("critic/explained_variance") for r in ppo_rows[:1]), None)
+    if first is not None:
+        lines.append(f"- Critic explained variance at the start of PPO (step 1, before its "
+                     f"update): {_fmt(first)}")
+    return lines + [""] if lines else []
+
+
 def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Path:
     evals, out = run["evals"], []
     out += [f"# Run report: `{_md(workdir)}`", "",
@@ -244,7 +262,8 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
                 + f" | {sum(per_phase.values()) / 60:.1f} min |", ""]
 
     validation = run.get("validation") or {}
-    out += ["## Evaluation" + (" (test split: held-out tasks no setting was chosen on)"
+    out += ["## Evaluation" + (" (test split: held-out tasks that only the final evaluations "
+                               "read; settings are chosen on the validation split)"
                                if validation else ""), ""]
     if evals:
         out += _eval_table(evals)
@@ -293,7 +312,7 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
         if name in plots:
             out += [f"![{PLOT_TITLES[name]}]({PLOTS_DIR}/{plots[name].name})", ""]
 
-    out += ["## Training curves", ""]
+    out += ["## Training curves", ""] + _critic_health(workdir, run["metrics"]["ppo"])
     for stage in STAGES:
         rows = run["metrics"][stage]
         if not rows:

@@ -106,15 +106,19 @@ def _pieces(sample, limit: int) -> list[tuple[int, int]] | str:
     return [(a, a + _end_after_sampled(sample.loss_mask[a:b])) for a, b in pieces]
 
 
-REWARDS = ("dense", "binary", "shuffled")
+REWARDS = ("dense", "binary", "shuffled", "zero")
 
 
 def trained_reward(sample, reward: str = "dense") -> float:
     """The scalar the trainer optimises: T1's dense reward (passed assertions on the pool's fixed
-    scale), or the binary outcome (1 if the verifier says solved) for the single-axis ablation.
-    ("shuffled" is a property of a batch: see shuffled_rewards.)"""
+    scale), or the binary outcome (1 if the verifier says solved) for the single-axis ablation,
+    or 0 for every trial (the zero-reward control: whatever PPO then does to the held-out rate
+    is drift from the critic's baseline and the optimizer, not a signal). ("shuffled" is a
+    property of a batch: see shuffled_rewards.)"""
     if reward in ("dense", "shuffled"):
         return sample.reward
+    if reward == "zero":
+        return 0.0
     if reward == "binary":
         return float(bool((sample.metadata.get("verifier") or {}).get("solved", False)))
     raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
@@ -168,7 +172,7 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
 
     row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
     packing=False puts one sample per row. overlong: "error" | "drop". reward: "dense" |
-    "binary" (trained_reward) | "shuffled" (shuffled_rewards). version: the weight version being
+    "binary" | "zero" (trained_reward) | "shuffled" (shuffled_rewards). version: the weight version being
     trained; the trials older weights sampled (is_stale) are marked in Batch.stale. baseline:
     "none" | "task" (task_baseline, on the kept samples' trained rewards).
     """

@@ -75,7 +75,7 @@ class Settings:
     packing: bool = True  # several samples per row (attention kept inside each)
     overlong: str = "error"  # error | drop (counted) -- never truncated
     # dense (T1: passed assertions / the pool's fixed scale) | binary (solved) | shuffled (a
-    # control: each step's rewards permuted over its trials)
+    # control: each step's rewards permuted over its trials) | zero (a control: no reward)
     reward: str = "dense"
     # none (T1: the critic is the baseline) | task: minus the mean reward of the batch's other
     # trials of the same task (leave-one-out; pair with rollouts.group_size > 1)

@@ -23,6 +23,10 @@ def test_recipe_runs_every_phase_and_resumes(toy_run, tmp_path):
     for stage in ("sft", "warmup", "ppo"):
         assert (toy_run / stage / "DONE").is_file()
         assert (toy_run / stage / "metrics.jsonl").read_text().strip()
+    # one warm-up step cannot fill the health window: the cap is reached and said so
+    warm = json.loads((toy_run / "warmup" / "DONE").read_text())
+    assert warm["steps"] == 1 and warm["healthy"] is False
+    assert len(warm["explained_variance"]) == 1
     for label in ("base", "sft", "ppo"):
         summary = json.loads((toy_run / "eval" / label / "summary.json").read_text())
         assert summary["trials"] == len(split["heldout"]), label

@@ -152,6 +152,28 @@ def test_summary_has_the_numbers(built):
     assert "## Wall time" not in text  # not a recipe run: no timings.jsonl
 
 
+def test_summary_says_whether_the_critic_was_healthy(built, tmp_path):
+    """The warm-up's DONE record (stopped healthy, or its cap reached) and the explained
+    variance on PPO's first batch, the number Critic Warm-Up exists to make positive."""
+    root, _ = built
+    text = (root / "report" / "summary.md").read_text()
+    assert "Critic explained variance at the start of PPO (step 1, before its update): 0.4\n" \
+        in text and "Critic Warm-Up:" not in text  # no DONE record: nothing claimed
+    marker = root / "warmup" / "DONE"
+    for record, want in (({"steps": 30, "healthy": False, "ev_window_mean": -0.05},
+                          "Critic Warm-Up: 30 steps, **reached its cap unhealthy** "
+                          "(explained variance over its last steps: -0.05)"),
+                         ({"steps": 7, "healthy": True, "ev_window_mean": 0.21},
+                          "Critic Warm-Up: 7 steps, healthy (explained variance over its "
+                          "last steps: 0.21)")):
+        marker.write_text(json.dumps(record))
+        try:
+            out = report.write_report(root, tmp_path / str(record["steps"]))
+        finally:
+            marker.unlink()
+        assert want in (out / "summary.md").read_text()
+
+
 def test_summary_adds_the_recipe_phase_times(built, tmp_path):
     root, _ = built
     rows = [{"phase": "sft", "seconds": 600.0}, {"phase": "ppo", "seconds": 240.0},

@@ -380,7 +380,7 @@ def test_pack_binary_reward_is_the_verifier_outcome_dense_is_the_sample_reward()
     solved, unsolved = make_sample(12, 0, reward=0.8), make_sample(12, 1, reward=0.4)
     solved.metadata["verifier"] = {"solved": True}
     unsolved.metadata["verifier"] = {"solved": False}
-    for reward, want in (("dense", [0.8, 0.4]), ("binary", [1.0, 0.0])):
+    for reward, want in (("dense", [0.8, 0.4]), ("binary", [1.0, 0.0]), ("zero", [0.0, 0.0])):
         packed = do_pack([solved, unsolved], packing=False, reward=reward)
         got = [packed.batch.rewards[row].sum() for _, row, _, _ in sorted(packed.placements)]
         np.testing.assert_allclose(got, want, rtol=1e-6)
@@ -737,3 +737,17 @@ def test_sft_learning_rate_decays_to_zero_at_the_last_step():
     assert float(cosine(600)) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="sft.lr_schedule"):
         sft_learning_rate(3e-3, "linear", 600)
+
+
+def test_warmup_health_needs_a_window_of_positive_explained_variance():
+    """Critic Warm-Up's stop rule: min steps, the mean of the last `window` held-out explained
+    variances above min_ev; a NaN step (constant returns) counts against; window 0: never."""
+    from t1jax.rl.critic import warmup_health
+    gate = dict(min_steps=4, window=3, min_ev=0.0)
+    assert warmup_health([0.0, -0.2, 0.1, 0.2], **gate) == (True, pytest.approx(0.1 / 3))
+    assert not warmup_health([0.5, 0.5, 0.5], **gate)[0]  # fewer than min_steps
+    assert not warmup_health([0.0, 0.5, -0.4, -0.2, 0.1], **gate)[0]  # mean -0.5 / 3
+    assert not warmup_health([0.0, 0.3, 0.3, float("nan"), 0.3], **gate)[0]
+    assert warmup_health([0.0, 0.3, 0.3, float("nan"), 0.3, 0.3, 0.3], **gate)[0]
+    assert not warmup_health([0.9] * 10, min_steps=4, window=0, min_ev=0.0)[0]
+    assert not warmup_health([0.1] * 6, min_steps=4, window=3, min_ev=0.2)[0]

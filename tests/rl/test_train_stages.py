@@ -84,6 +84,24 @@ def test_warmup_critic_only_then_ppo(recorded, tmp_path):
 
 
 @pytest.mark.slow
+def test_warmup_stops_once_healthy_checkpointed_and_resumes_past_it(recorded, tmp_path):
+    """loop.run(stop=...): the run ends after the step the predicate accepts, with that step
+    checkpointed (the next phase loads it) even off the checkpoint cadence."""
+    from t1jax.checkpoint import finalized_steps
+    seen = []
+
+    def stop(step, metrics):
+        seen.append((step, np.isfinite(metrics["critic/explained_variance"])))
+        return step == 2
+
+    history = loop.run(make_trainer(), loop.RecordedRollouts(recorded), tmp_path / "warmup",
+                       loop.LoopOptions(steps=5, stage="critic_warmup", checkpoint_every=4),
+                       stop=stop)
+    assert len(history) == 2 and seen == [(1, True), (2, True)]
+    assert finalized_steps(tmp_path / "warmup" / "checkpoints")[-1] == 2
+
+
+@pytest.mark.slow
 def test_sft_then_actor_only(recorded, tmp_path):
     sft = make_trainer()
     data = loop.RecordedRollouts(recorded).collect(0)
