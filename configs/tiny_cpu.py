@@ -108,8 +108,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.warmup.ev_window = 3
     config.warmup.min_ev = 0.0
 
+    # 40 steps of 8 trials (320 trials, ~53 per family): with 20, each family had ~27 trials
+    # in all, and in issue #47's +1.4-point run three families rose and three fell; on
+    # validation a 61-step
+    # arm from the slipping teacher's SFT still climbed from step 20 (13.9%) to 40 (15.3%)
+    # (docs/probes.md, "A teacher that slips")
     config.ppo = ml_collections.ConfigDict()
-    config.ppo.steps = 20
+    config.ppo.steps = 40
 
     config.eval = ml_collections.ConfigDict()
     config.eval.attempts = 3
