@@ -27,8 +27,8 @@ Variants, each over seeds 0-3:
   r3=False          free routing in the trainer: success must still rise. The rollouts come
                     from the weights being trained (sync), so the replayed experts are the ones
                     the router picks anyway (mismatch/routing_disagreement is 0) and the gains
-                    equal the normal ones; R3 matters when they differ, which test_trainer and
-                    test_r3 cover.
+                    equal the normal ones: this setting cannot see R3 at all. The R3 tests
+                    (below) make the rollout's routes differ from the trainer's.
 TITO (token-in, token-out across turns) has no meaning here: one turn, no text is re-encoded.
 
 Measured (16 steps; gain = final - initial success, initial 0.3015; seeds 0-7):
@@ -46,10 +46,55 @@ trainer clears it with room and chance cannot; the flipped gains (all < 0) fail 
 `test_flipped_advantage_sign_lowers_it` asserts. (The fall is slower than the rise: the drift
 above pulls both down, and success moves on a sigmoid that flattens towards 0.)
 
+R3, rollout routing replay (issue #47, item 7). With a sync engine nothing above depends on R3,
+and without a load-balancing term the bandit's router sends every token of every trial to one
+expert pair within ~7 steps, after which no replay, right or wrong, changes anything. So the R3
+tests change two things, from the same initial policy and target set:
+  - the engine's router is offset by fixed noise (NoisyRouterEngine: ROUTER_NOISE = 0.3 x the
+    router's std, drawn once per seed, added at every publish), as another inference stack's
+    numerics or a stale router would be; everything else is the trained weights;
+  - rl.load_balancing_coef = 0.01 (NOISY_SETTINGS) keeps the router from collapsing.
+Then 48-73% of the recorded (token, MoE layer) routes differ from the trainer's own top-2 (run
+mean of mismatch/routing_disagreement, replayed runs, seeds 0-15), and what R3 exists to
+guarantee is measured inside the learning run, at every PPO step, by ppo_step's mismatch
+metrics: the trainer's pre-update log-probs against the rollout's on the sampled tokens.
+Variants: replayed (R3 as built); r3=False; shifted (token t replays the experts recorded for
+token t-1); other trials' (every trial replays a trial of the next prompt). Measured (run means
+over the 16 steps; seeds 0-3, then the range over seeds 0-15 (replayed, r3=False) or 0-7):
+  mismatch/logprob_gap x1e4   replayed      1.1   0.6   1.5   1.8   range  0.6 .. 2.3
+                              r3=False     35.0  26.2  29.4  30.4   range 15.3 .. 35.2
+                              shifted      17.9  28.9  27.4  28.0   range 17.9 .. 38.7
+                              other trials 20.1  48.5  30.7  39.3   range 20.1 .. 59.2
+  mismatch/k3_kl x1e7         replayed     0.17  0.05  0.28  0.60   range 0.05 .. 0.97
+                              r3=False      198    98   112   146   range   46 .. 212
+                              shifted        53   139   111   128   range   53 .. 228
+                              other trials   80   238   132   159   range   80 .. 496
+  gain                        replayed   +0.274 +0.287 +0.249 +0.248  range +0.214 .. +0.294
+                              r3=False   +0.257 +0.264 +0.268 +0.278  range +0.203 .. +0.302
+                              shifted    +0.257 +0.267 +0.265 +0.272  range +0.222 .. +0.272
+                              other      +0.286 +0.242 +0.252 +0.242  range +0.217 .. +0.286
+The gains do not separate: the PPO ratio is taken against the trainer's own recomputed log-probs
+under the same (wrong) experts, and wrong experts at the one MoE layer move a sampled token's
+log-prob by 0.002-0.006 nats on average (TIS weights ~1), which learning absorbs. So the
+assertion reads the mismatch (replay_holds): run-mean gap < GAP_BOUND = 6e-4 and run-mean k3 <
+K3_BOUND = 6e-7, 2.6x and 6.2x above the worst correct run of 16, 2.6x and 7.7x below the least
+broken one. test_r3_keeps_the_trainer_on_the_rollout_policy asserts it on seeds 0-3, with the
+routes really differing (disagreement > 0.25) and the bandit learned (clears_the_bar); run with
+any broken variant instead, it fails at replay_holds (checked for all three).
+test_wrong_or_no_replay_fails_it checks that each broken variant breaks both bounds (seeds 0-1),
+so the setting keeps seeing R3. What remains under correct replay is the gate weights: R3 fixes
+which experts run, but the trainer weighs them with its own router, the rollout with its noisy
+one.
+A bf16 rollout (the engine at compute_dtype bfloat16, the trainer f32) was measured and not
+used: the tiny router's logits are rarely near a tie, so only 1-3% of the routes differ (0-0.4%
+without the load-balancing term), and bf16's own numeric gap (replayed: run-mean k3 ~4e-7, gap
+~7e-4) swamps what R3 removes (R3 off: k3 5-7e-7, gap 7.4-7.6e-4; seeds 0-3).
+
 Cost: three compiles dominate (trainer init, ppo step per Settings, engine prefill and decode);
 one Trainer per Settings is reset to its initial state for every seed and batches keep one shape
-(16 rows of 16), so each step compiles once. 2-3 s per 16-step run on 2 cores; the file
-~75 s with an empty compilation cache.
+(16 rows of 16), so each step compiles once. 1-3 s per 16-step run on 2 cores; the R3 tests
+share the engine (the noise changes weights, not shapes) and add two Settings (R3 on and off
+with the load-balancing term).
 """
 
 import dataclasses
@@ -82,6 +127,15 @@ SEEDS = (0, 1, 2, 3)
 TARGET_MASS = 0.3
 SETTINGS = Settings(gamma=1.0, lam=1.0, actor_lr=3e-3, min_length=16, max_length=32)
 MIN_GAIN = 0.15
+# The R3 tests (module docstring): the engine's router offset by noise of this x its std, the
+# load-balancing term keeping the bandit's router from collapsing, and the bounds on the
+# run-mean mismatch that correct replay meets and every broken one exceeds.
+ROUTER_NOISE = 0.3
+NOISY_SETTINGS = dataclasses.replace(SETTINGS, load_balancing_coef=0.01)
+GAP_BOUND = 6e-4  # mean mismatch/logprob_gap (nats per sampled token)
+K3_BOUND = 6e-7  # mean mismatch/k3_kl
+MIN_DISAGREEMENT = 0.25  # mean mismatch/routing_disagreement: the routes must really differ
+BROKEN_SEEDS = SEEDS[:2]
 
 
 @functools.partial(jax.jit, static_argnums=0, compiler_options=FAST_COMPILE)
@@ -132,7 +186,7 @@ class Learner:
         """Exact: the mass on the target set at the first answer position, mean over prompts."""
         return float(np.asarray(self.distribution())[:, self.target].sum(-1).mean())
 
-    def collect(self, seed: int, step: int, flip: bool) -> list[Sample]:
+    def collect(self, seed: int, step: int, flip: bool, engine=None) -> list[Sample]:
         """One step's trials. flip trains on 1 - r: with gamma = lam = 1 a token's advantage is
         its trial's return minus V, and whitening removes the constant 1, so the advantages are
         exactly -whiten(r) while the critic predicts 0 (its start), and nearly so while it stays
@@ -145,21 +199,28 @@ class Learner:
                     for i in range(TRIALS)]
         target = set(self.target.tolist())
         samples = []
-        for i, (prompt, result) in enumerate(zip(prompts, self.engine.generate(prompts,
-                                                                               sampling))):
+        results = (engine or self.engine).generate(prompts, sampling)
+        for i, (prompt, result) in enumerate(zip(prompts, results)):
             hit = float(result.output_ids[0] in target)
             samples.append(to_sample(prompt, result, 1.0 - hit if flip else hit,
                                      f"prompt{i // ATTEMPTS}", i, step))
         return samples
 
-    def run(self, seed: int, flip: bool = False):
-        """STEPS PPO steps from the initial policy; returns (success gain, the steps' metrics)."""
+    def run(self, seed: int, flip: bool = False, engine=None, routes=None):
+        """STEPS PPO steps from the initial policy; returns (success gain, the steps' metrics).
+        engine: what samples and is published to, if not self.engine (NoisyRouterEngine);
+        routes: applied to every step's Samples before the step (the R3 tests' broken
+        replays)."""
+        engine = engine or self.engine
         self.trainer.state = jax.tree.map(jnp.copy, self.initial)
-        self.engine.load_weights(self.trainer.actor_params(), "0")
+        engine.load_weights(self.trainer.actor_params(), "0")
         history = []
         for step in range(STEPS):
-            history.append(self.trainer.ppo_step(self.collect(seed, step, flip), version=step))
-            self.engine.load_weights(self.trainer.actor_params(), str(step + 1))  # publish
+            samples = self.collect(seed, step, flip, engine)
+            if routes is not None:
+                samples = routes(samples)
+            history.append(self.trainer.ppo_step(samples, version=step))
+            engine.load_weights(self.trainer.actor_params(), str(step + 1))  # publish
         return self.success() - self.initial_success, history
 
 
@@ -223,3 +284,109 @@ def test_dropped_negative_advantages_learn_and_move_nothing_down(replayed):
     assert all(np.isfinite(m["update/logp_delta_neg"]) for _, h in runs for m in h)
     with pytest.raises(ValueError, match="negative_advantages"):
         dataclasses.replace(SETTINGS, negative_advantages="flip")
+
+
+# -- R3 where the rollout's routes differ from the trainer's (issue #47, item 7) -------------------
+
+
+class NoisyRouterEngine:
+    """The bandit's engine, publishing the weights with every MoE router offset by fixed noise
+    (ROUTER_NOISE x the router's std, drawn once per seed): a rollout whose router disagrees
+    with the trainer's, as another inference stack's numerics or a stale router would. Only the
+    router is changed: where both pick the same experts they compute the same function, up to
+    the gate weights (the trainer's own router weighs the replayed experts, by design of R3)."""
+
+    def __init__(self, engine, seed: int):
+        self.engine, self.seed = engine, seed
+
+    def generate(self, prompts, sampling):
+        return self.engine.generate(prompts, sampling)
+
+    def load_weights(self, params, version: str) -> None:
+        params = jax.tree.map(lambda x: x, params)  # fresh Variables: the caller's stay as they are
+        routers = [v for path, v in nnx.to_flat_state(params) if path[-1] == "router"]
+        assert routers, "no MoE router in the published weights"
+        rng = np.random.RandomState(self.seed)
+        for v in routers:
+            w = v.get_value()
+            noise = rng.standard_normal(w.shape).astype(np.float32)
+            v.set_value(w + ROUTER_NOISE * jnp.std(w) * noise)
+        self.engine.load_weights(params, version)
+
+
+def shifted_routes(samples):
+    """Off by one position: token t replays the experts recorded for token t - 1 (token 0 none,
+    so its own router picks)."""
+    for s in samples:
+        s.routes = np.concatenate([np.full_like(s.routes[:1], -1), s.routes[:-1]])
+    return samples
+
+
+def other_trials_routes(samples):
+    """Every trial replays a trial of the next prompt (the step's routes rolled by ATTEMPTS over
+    its trials; all have one length, prompt + ANSWER_TOKENS)."""
+    routes = [s.routes for s in samples]
+    assert len({r.shape for r in routes}) == 1
+    for i, s in enumerate(samples):
+        s.routes = routes[(i + ATTEMPTS) % len(samples)]
+    return samples
+
+
+MEASURED = ("mismatch/logprob_gap", "mismatch/k3_kl", "mismatch/routing_disagreement")
+
+
+def noisy_run(learner: Learner, seed: int, routes=None):
+    """A learning run sampled by the noisy-router engine; returns (gain, {metric: its mean over
+    the run's steps} for MEASURED)."""
+    gain, history = learner.run(seed, engine=NoisyRouterEngine(learner.engine, seed),
+                                routes=routes)
+    return gain, {k: float(np.mean([m[k] for m in history])) for k in MEASURED}
+
+
+def replay_holds(means) -> bool:
+    """What R3 is for: the trainer's pre-update log-probs of the sampled tokens stay those of
+    the rollout, over the run (mean log-prob gap and k3 KL per step, averaged over the steps)."""
+    return means["mismatch/logprob_gap"] < GAP_BOUND and means["mismatch/k3_kl"] < K3_BOUND
+
+
+@pytest.fixture(scope="module")
+def noisy_replayed(replayed):
+    """R3 on, with the load-balancing term (NOISY_SETTINGS); shares the bandit's engine."""
+    return Learner(NOISY_SETTINGS, engine=replayed.engine)
+
+
+@pytest.fixture(scope="module")
+def noisy_free(noisy_replayed):
+    return Learner(dataclasses.replace(NOISY_SETTINGS, r3=False), engine=noisy_replayed.engine)
+
+
+def test_r3_keeps_the_trainer_on_the_rollout_policy(noisy_replayed, replayed):
+    assert (noisy_replayed.target == replayed.target).all()  # same initial policy
+    runs = [noisy_run(noisy_replayed, seed) for seed in SEEDS]
+    for (gain, means), seed in zip(runs, SEEDS):
+        print(f"R3, noisy router, seed {seed}: gain {gain:+.3f}",
+              {k: f"{v:.3g}" for k, v in means.items()})
+    # the rollout's experts really differ from those the trainer's router picks
+    assert all(m["mismatch/routing_disagreement"] > MIN_DISAGREEMENT for _, m in runs), runs
+    assert all(replay_holds(m) for _, m in runs), runs
+    assert clears_the_bar([g for g, _ in runs]), runs  # and the bandit is learned
+
+
+BROKEN_REPLAYS = {"shifted": (shifted_routes, True), "other_trials": (other_trials_routes, True),
+                  "r3_off": (None, False)}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN_REPLAYS))
+def test_wrong_or_no_replay_fails_it(broken, noisy_replayed, noisy_free):
+    """Each broken replay breaks both bounds of replay_holds on every seed of BROKEN_SEEDS (so
+    test_r3_keeps_the_trainer_on_the_rollout_policy would fail with it). Its gains are printed,
+    not asserted: they are as large as correct replay's (module docstring)."""
+    routes, r3 = BROKEN_REPLAYS[broken]
+    learner = noisy_replayed if r3 else noisy_free
+    runs = [noisy_run(learner, seed, routes) for seed in BROKEN_SEEDS]
+    for (gain, means), seed in zip(runs, BROKEN_SEEDS):
+        print(f"{broken}, noisy router, seed {seed}: gain {gain:+.3f}",
+              {k: f"{v:.3g}" for k, v in means.items()})
+    assert all(m["mismatch/logprob_gap"] > GAP_BOUND and m["mismatch/k3_kl"] > K3_BOUND
+               for _, m in runs), runs
+    assert not any(replay_holds(m) for _, m in runs)
