@@ -148,13 +148,17 @@ def test_critic_warmup_notebook(toy_run, tmp_path):
         assert int(rows[arm]["steps_ev_negative"]) == sum(e < 0 for e in ev)
         assert all(math.isnan(e) or e <= 1 for e in ev)
         assert all(math.isfinite(r["critic/value_loss"]) for r in logged)
-    # the warm arm reuses the base run's 1-step warm-up (same config block); cold arms have none
-    assert (tmp_path / "warm_1_s0" / "warmup").resolve() == (toy_run / "warmup").resolve()
+    # the warm arm runs exactly its 1 warm-up step (no health stop: warmup.ev_window=0, so
+    # not the base run's gated warm-up); cold arms have none
+    warm_dir = tmp_path / "warm_1_s0" / "warmup"
+    assert not warm_dir.is_symlink() and json.loads((warm_dir / "DONE").read_text())["steps"] == 1
     assert not (tmp_path / "cold_s0" / "warmup").exists()
     # the arms differ in the critic they start from and in nothing else
     warm, cold, rand = arm_configs(tmp_path, "warm_1_s0", "cold_s0", "cold_random_s0")
     assert (warm["warmup"].pop("steps"), cold["warmup"].pop("steps"),
             rand["warmup"].pop("steps")) == (1, 0, 0)
+    assert (warm["warmup"].pop("ev_window"), cold["warmup"].pop("ev_window"),
+            rand["warmup"].pop("ev_window")) == (0, 3, 3)
     assert (cold["rl"]["value_head_init"], rand["rl"].pop("value_head_init")) == ("zeros",
                                                                                  "uniform")
     cold["rl"].pop("value_head_init")
