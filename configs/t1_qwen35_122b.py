@@ -1,10 +1,10 @@
 """The T1 report's setting: Qwen3.5-122B-A10B, PPO with R3, TITO and the dense reward, a separate
 full-size critic, one step off-policy against an SGLang fleet, hundreds of turns per trial.
 
-Launch (each stage resumable from its workdir; BUILD.md "Real scale" covers installs, multi-host
-JAX and the fleet). The trainer is 8 nodes x 8 H200 (64 processes of one JAX job, started on
-every node with the same command and JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
-JAX_PROCESS_ID set); the fleet is 16 more nodes, one SGLang server (TP 8) each:
+Launch (each stage resumable from its workdir; BUILD.md "Real scale" covers installs and the
+fleet). T1's trainer is 8 nodes x 8 H200, one JAX job of 64 processes: not runnable yet, no
+code calls jax.distributed.initialize (issue #43; BUILD.md "Accelerators"); the fleet is 16
+more nodes, one SGLang server (TP 8) each:
 
   # 0. the fleet, on each of its 16 nodes
   python -m sglang.launch_server --model-path /shared/Qwen3.5-122B-A10B \

@@ -110,9 +110,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     # 40 steps of 8 trials (320 trials, ~53 per family): with 20, each family had ~27 trials
     # in all, and in issue #47's +1.4-point run three families rose and three fell; on
-    # validation a 61-step
-    # arm from the slipping teacher's SFT still climbed from step 20 (13.9%) to 40 (15.3%)
-    # (docs/probes.md, "A teacher that slips")
+    # validation a 61-step arm from the slipping teacher's SFT still climbed from step 20
+    # (13.9%) to 40 (15.3%) (docs/probes.md, "A teacher that slips"). The seed runs since
+    # (docs/probes.md, issue #47) were no higher at step 40 than at 20: not yet re-chosen
     config.ppo = ml_collections.ConfigDict()
     config.ppo.steps = 40
 

@@ -373,6 +373,7 @@ class Recipe:
                             actor=self.workdir / "sft" / "checkpoints")
         gate = dict(min_steps=w.min_steps, window=w.ev_window, min_ev=w.min_ev)
         resumed = (finalized_steps(out / "checkpoints") or [0])[-1]
+
         def ev_of(row: dict) -> float:  # metrics.jsonl holds a NaN as null
             value = row.get("critic/explained_variance")
             return float("nan") if value is None else float(value)

@@ -172,8 +172,9 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
 
     row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
     packing=False puts one sample per row. overlong: "error" | "drop". reward: "dense" |
-    "binary" | "zero" (trained_reward) | "shuffled" (shuffled_rewards). version: the weight version being
-    trained; the trials older weights sampled (is_stale) are marked in Batch.stale. baseline:
+    "binary" | "zero" (trained_reward) | "shuffled" (shuffled_rewards). version: the weight
+    version being trained; the trials older weights sampled (is_stale) are marked in
+    Batch.stale. baseline:
     "none" | "task" (task_baseline, on the kept samples' trained rewards).
     """
     if reward not in REWARDS:
