@@ -338,9 +338,14 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
         why = report.error or (f"tampered {report.tampered}" if report.tampered else "")
         if report.solved != want_solved or (why and not want_solved):
             # a slip is kept only as a clean miss: a verifier error or tampering is no lesson
+            # name the assertions that failed: "7/8 passed" alone cannot be chased down
+            failed = [f"{a.name}: {a.message.splitlines()[0][:160] if a.message else a.status}"
+                      for a in report.assertions if a.status in ("failed", "error")]
             return None, (("unresolved" if want_solved else "not a clean miss")
                           + f": {report.passed}/{report.total} assertions passed"
-                          + (f" ({why})" if why else ""))
+                          + (f" ({why})" if why else "")
+                          + (f"; failed {'; '.join(failed[:3])}" if want_solved and failed
+                             else ""))
         sample = make_sample(traj, report, tid, attempt)
         failed = [(c.command.splitlines()[0][:80], c.exit_code)
                   for r in traj.records for c in r.commands if c.exit_code != 0]

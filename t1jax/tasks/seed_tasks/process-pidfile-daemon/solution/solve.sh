@@ -73,7 +73,9 @@ do_start() {
   rm -f -- "$PIDFILE"
   mkdir -p "$(dirname -- "$PIDFILE")" "$(dirname -- "$LOG")"
   setsid "$SELF" run < /dev/null > /dev/null 2>&1 &
-  for _ in $(seq 40); do
+  # a wall-clock deadline, not a count of polls: each poll forks, slow on a loaded machine
+  local deadline=$((SECONDS + 5))
+  while [ "$SECONDS" -le "$deadline" ]; do
     if running_pid > /dev/null; then exit 0; fi
     sleep 0.05
   done

@@ -6,6 +6,8 @@ import time
 import pytest
 
 SCRIPT = "/app/daemon.sh"
+# Time bounds are generous (several x what an idle machine needs): the verifier may share a
+# loaded host, and a bound that an honest daemon can miss makes the reward noise.
 
 
 def alive(pid):
@@ -21,7 +23,7 @@ def session_id(pid):
         return int(f.read().rsplit(")", 1)[1].split()[3])
 
 
-def wait_for(cond, timeout=5.0, step=0.05):
+def wait_for(cond, timeout=10.0, step=0.05):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
@@ -93,7 +95,7 @@ def svc(tmp_path):
 
 
 def start(svc):
-    rc, out, err = svc.cmd("start", timeout=5)
+    rc, out, err = svc.cmd("start", timeout=10)
     assert rc == 0, err
     pid = svc.pid()
     assert pid and alive(pid), "pidfile must name a live process after start"
@@ -103,7 +105,7 @@ def start(svc):
 def test_start_detaches(svc):
     t0 = time.monotonic()
     pid = start(svc)
-    assert time.monotonic() - t0 < 4
+    assert time.monotonic() - t0 < 8, "start must return once the pidfile is written"
     assert session_id(pid) != session_id(os.getpid()), "daemon must run in its own session"
     assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null", "daemon stdin must be /dev/null"
     assert wait_for(lambda: f"started pid={pid}" in svc.lines())
@@ -112,7 +114,7 @@ def test_start_detaches(svc):
 
 def test_periodic_messages(svc):
     pid = start(svc)
-    assert wait_for(lambda: svc.lines().count("tick") >= 3, timeout=6)
+    assert wait_for(lambda: svc.lines().count("tick") >= 3, timeout=10)
     assert set(svc.lines()) == {f"started pid={pid}", "tick"}
 
 
@@ -135,12 +137,12 @@ def test_reload_on_sighup(svc):
     svc.write_conf(30, "tock tock")
     rc, _, err = svc.cmd("reload")
     assert rc == 0, err
-    assert wait_for(lambda: "tock tock" in svc.lines(), timeout=3), svc.lines()
+    assert wait_for(lambda: "tock tock" in svc.lines(), timeout=6), svc.lines()
     lines = svc.lines()
     assert "reloaded" in lines and lines.index("reloaded") < lines.index("tock tock")
     assert svc.pid() == pid and alive(pid)
     os.kill(pid, signal.SIGHUP)
-    assert wait_for(lambda: svc.lines().count("reloaded") == 2, timeout=3)
+    assert wait_for(lambda: svc.lines().count("reloaded") == 2, timeout=6)
 
 
 def test_stop_with_sigterm(svc):
@@ -149,7 +151,7 @@ def test_stop_with_sigterm(svc):
     t0 = time.monotonic()
     rc, _, err = svc.cmd("stop")
     assert rc == 0, err
-    assert time.monotonic() - t0 < 5, "SIGTERM must be handled promptly"
+    assert time.monotonic() - t0 < 8, "SIGTERM must be handled promptly (INTERVAL is 30 s)"
     assert not alive(pid)
     assert not svc.pidfile.exists()
     assert svc.lines()[-1] == f"stopping pid={pid}"
@@ -159,7 +161,7 @@ def test_stop_with_sigterm(svc):
 
 def test_double_start_and_stale_pidfile(svc):
     pid = start(svc)
-    rc, _, err = svc.cmd("start", timeout=5)
+    rc, _, err = svc.cmd("start", timeout=10)
     assert rc == 1 and "already running" in err
     assert svc.pid() == pid
     os.kill(pid, signal.SIGKILL)
@@ -180,7 +182,7 @@ def test_run_foreground_exit_code(svc):
             "run must write its own PID to the pidfile"
         time.sleep(0.3)
         p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=3) == 0
+        assert p.wait(timeout=8) == 0
         assert svc.lines() == [f"started pid={p.pid}", "fg", f"stopping pid={p.pid}"]
         assert not svc.pidfile.exists()
     finally:
