@@ -92,20 +92,30 @@ def _unwrap(restored, target):
 
 
 class Checkpointer:
-    """Saves ``(state, meta)`` every ``save_every`` steps, keeping the newest ``keep``."""
+    """Saves ``(state, meta)`` every ``save_every`` steps, keeping the newest ``keep``.
+
+    ``read_only=True`` (see ``Checkpointer.reader``) opens another run's checkpoints to read
+    them: it creates nothing (a mistyped path is an error, not a new empty folder) and deletes
+    nothing (a writer's save in flight is a temporary folder that only the writer may remove).
+    """
 
     def __init__(self, directory, *, keep: int = 3, save_every: int = 1,
-                 async_save: bool = True):
+                 async_save: bool = True, read_only: bool = False):
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         if save_every < 1:
             raise ValueError(f"save_every must be >= 1, got {save_every}")
         self.directory = Path(directory).absolute()
+        self.read_only = read_only
+        if read_only and not self.directory.is_dir():
+            raise FileNotFoundError(f"no checkpoint folder {self.directory}")
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, save_interval_steps=save_every,
-            enable_async_checkpointing=async_save,
-            cleanup_tmp_directories=True,  # leftovers of a killed save, never restorable
-            create=True)
+            enable_async_checkpointing=async_save and not read_only,
+            # a writer removes leftovers of its own killed save, never restorable; a reader
+            # must not: in a shared folder they may be another process's save in flight
+            cleanup_tmp_directories=not read_only,
+            create=not read_only, read_only=read_only)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         # Orbax deletes the leftovers in a background thread that only a save waits for. One
         # outliving this constructor races whatever comes next in the folder: a second
@@ -115,12 +125,21 @@ class Checkpointer:
         if cleanup is not None:
             cleanup.result()
 
+    @classmethod
+    def reader(cls, directory) -> "Checkpointer":
+        """Opens ``directory`` to read another run's checkpoints (eval, ``init.actor``,
+        ``init.critic``): read-only, see the class docstring."""
+        return cls(directory, async_save=False, read_only=True)
+
     # -- save ----------------------------------------------------------------------------------
 
     def save(self, step: int, state: Mapping, meta: dict, force: bool = False) -> bool:
         """Starts saving ``state`` and ``meta`` as ``step``; False where the save interval
         skips this step (``force`` overrides the interval). With async saving this returns
         once the arrays are copied off the devices; the write finishes in the background."""
+        if self.read_only:
+            raise PermissionError(f"checkpoint folder {self.directory} was opened read-only "
+                                  f"(Checkpointer.reader); it cannot save step {step}")
         if not isinstance(state, Mapping):
             raise TypeError(f"checkpoint state must be a mapping of item name -> pytree "
                             f"(e.g. {{'actor': ..., 'critic': ...}}), got {type(state).__name__}")

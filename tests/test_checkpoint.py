@@ -319,6 +319,41 @@ def test_a_killed_saves_leftovers_are_gone_when_the_checkpointer_is_made(tmp_pat
             assert not leftover.exists()
 
 
+def test_a_reader_deletes_nothing_and_creates_nothing(tmp_path):
+    """Eval, init.actor and init.critic open another run's folder. A writer's constructor
+    removes temporary steps (its own killed saves), and deleted a live writer's save in flight
+    when readers were writers too; and a mistyped path came back as a new empty folder."""
+    directory = tmp_path / "checkpoints"
+    state = saved(directory, state={"actor": {"w": jnp.arange(4.0)}}, steps=(1,))
+    in_flight = directory / ("2" + TMP_SUFFIX) / "actor"
+    in_flight.mkdir(parents=True)
+    (in_flight / "blob").write_bytes(b"0" * 64)
+    with Checkpointer.reader(directory) as reader:
+        assert reader.latest_step() == 1
+        got = reader.restore_items({"actor": abstract_like(state["actor"])})
+        np.testing.assert_array_equal(got["actor"]["w"], state["actor"]["w"])
+        with pytest.raises(PermissionError, match="read-only"):
+            reader.save(3, state, {})
+    assert (in_flight / "blob").is_file(), "a reader removed another process's save in flight"
+    assert sorted(p.name for p in directory.iterdir()) == ["1", "2" + TMP_SUFFIX]
+
+    missing = tmp_path / "chekpoints"  # mistyped
+    with pytest.raises(FileNotFoundError, match="chekpoints"):
+        Checkpointer.reader(missing)
+    assert not missing.exists()
+
+
+def test_the_loaders_of_other_runs_open_them_read_only():
+    """Every reader of another run's checkpoints goes through Checkpointer.reader: a writer
+    opened on them (the default constructor) is the hazard above."""
+    readers = {"t1jax/rl/loop.py": 2, "t1jax/jobs/build.py": 1,
+               "experiments/probes/mismatch_study.py": 1}
+    for path, count in readers.items():
+        text = (ROOT / path).read_text()
+        assert text.count("Checkpointer.reader(") == count, path
+        assert text.count("Checkpointer(") == (1 if path == "t1jax/rl/loop.py" else 0), path
+
+
 def test_a_save_in_flight_is_not_the_latest_step(tmp_path):
     state = {"big": {"x": jnp.zeros((8_000_000,), jnp.float32)}}
     with Checkpointer(tmp_path) as ckpt:

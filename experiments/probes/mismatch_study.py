@@ -86,7 +86,7 @@ def load_policy(checkpoints, cfg) -> CausalLM:
     <stage>/checkpoints, e.g. runs/tiny_cpu/sft/checkpoints), as a float32 CausalLM of `cfg`."""
     from t1jax.checkpoint import Checkpointer, abstract_like
     graphdef, params = nnx.split(CausalLM(cfg, nnx.Rngs(0)), nnx.Param)
-    with Checkpointer(checkpoints, async_save=False) as source:
+    with Checkpointer.reader(checkpoints) as source:
         if source.latest_step() is None:
             raise FileNotFoundError(f"no finished checkpoint in {checkpoints}")
         actor = source.restore_items({"actor": abstract_like(params)})["actor"]

@@ -187,7 +187,7 @@ def restored_actor(model, checkpoints, step: int | None = None):
 
     from t1jax.checkpoint import Checkpointer, abstract_like
     _, params = nnx.split(model, nnx.Param)
-    with Checkpointer(checkpoints, async_save=False) as source:
+    with Checkpointer.reader(checkpoints) as source:
         actor = source.restore_items({"actor": abstract_like(params)}, step)["actor"]
     nnx.update(model, actor)
     return model

@@ -141,7 +141,7 @@ def restore_trainer(trainer, checkpointer: Checkpointer, step=None) -> dict:
 def load_critic_only(trainer, directory) -> int:
     """Take the critic parameters of another run (Critic Warm-Up) and nothing else: no
     optimizer moments cross runs. Returns the step they came from."""
-    with Checkpointer(directory, async_save=False) as source:
+    with Checkpointer.reader(directory) as source:
         step = source.latest_step()
         if step is None:
             raise FileNotFoundError(f"no finished checkpoint in {directory} to take a critic from")
@@ -154,7 +154,7 @@ def load_actor_only(trainer, directory) -> int:
     """Start the policy from another run's actor (the SFT warm start); the reference policy
     for KL terms becomes that actor too, and the critic's backbone restarts from it (value head
     kept), as a critic starts from the SFT model; load_critic_only afterwards replaces it."""
-    with Checkpointer(directory, async_save=False) as source:
+    with Checkpointer.reader(directory) as source:
         step = source.latest_step()
         if step is None:
             raise FileNotFoundError(f"no finished checkpoint in {directory} to take an actor from")

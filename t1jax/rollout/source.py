@@ -73,10 +73,22 @@ class LiveRollouts:
             self.engine.load_weights(trainer.actor_params(), version)
 
     def state_dict(self) -> dict:
-        """Carried (unfinished) trials are not part of it: a resumed run starts them afresh."""
-        return {"sampler": self.sampler.state_dict(), "next_attempt": self._next_attempt}
+        """The sampler's position and the carried trials by name: their sandboxes and partial
+        episodes die with the process, so a resumed run starts them afresh (same task and
+        attempt, so the same sampling seed), first in its next step, as they would have gone."""
+        return {"sampler": self.sampler.state_dict(), "next_attempt": self._next_attempt,
+                "carried": [{"task_id": r.task_id, "attempt": r.attempt,
+                             "carried_steps": r.carried_steps} for r in self._carried]}
 
     def load_state_dict(self, state: dict) -> None:
         if "sampler" in state:
             self.sampler.load_state_dict(state["sampler"])
         self._next_attempt = int(state.get("next_attempt", 0))
+        known = {t.task_id for t in self.tasks}
+        carried = state.get("carried", [])
+        unknown = sorted({c["task_id"] for c in carried} - known)
+        if unknown:
+            raise ValueError(f"the checkpoint carries trials of task(s) {unknown} that this "
+                             f"run's task list does not hold: resume with the same tasks")
+        self._carried = [TrialRequest(c["task_id"], attempt=int(c["attempt"]),
+                                      carried_steps=int(c["carried_steps"])) for c in carried]

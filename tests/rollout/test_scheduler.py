@@ -94,6 +94,55 @@ def test_admits_exactly_batch_size_fastest_and_carries_stragglers():
     assert sorted(r.task_id for r in step2.unlaunched) == ["n0", "n1", "n2"]
 
 
+def test_carried_trials_survive_a_resume_and_start_afresh():
+    """A checkpoint taken with trials carried over names them; a resumed run (new process:
+    new scheduler, sampler and source) launches them first in its next step, from turn 0 with
+    the same task and attempt, instead of losing them."""
+    import json
+
+    from t1jax.rollout.source import LiveRollouts
+    from t1jax.tasks.sampler import EpochSampler
+    turns = {"t0": 1, "t1": 40, "t2": 2, "t3": 60, "t4": 3, "t5": 50}
+    tasks = [types.SimpleNamespace(task_id=t) for t in turns]
+    fake = FakeTrials()
+
+    def trial(req, stop):  # the turn count comes from the task: a checkpoint keeps no meta
+        result = fake(dataclasses.replace(req, meta={"turns": turns[req.task_id]}), stop)
+        if result.sample is not None:
+            result.sample = types.SimpleNamespace(metadata={}, **result.sample)
+        return result
+
+    def source():
+        return LiveRollouts(RolloutScheduler(trial, max_concurrency=6), tasks,
+                            EpochSampler(len(tasks), 0), engine=None, batch_size=3,
+                            oversample=2.0, carry_over=True)
+
+    before = source()
+    assert len(before.collect(0)) == 3
+    carried = [r.key for r in before.last_result.carried]
+    assert sorted(k[0] for k in carried) == ["t1", "t3", "t5"]
+    state = json.loads(json.dumps(before.state_dict()))  # as the checkpoint's meta holds it
+
+    after = source()
+    after.load_state_dict(state)
+    after.collect(1)
+    step = after.last_result
+    launched = all_keys(step)
+    assert set(carried) <= set(launched), "a carried trial was lost on resume"
+    assert sorted(k[1] for k in launched) == sorted([k[1] for k in carried] + [6, 7, 8]), \
+        "attempts were reused or skipped"
+    for result in step.admitted + step.dropped:
+        if result.request.key in carried:  # restarted: every turn ran in this step
+            assert set(result.sample.turns) == {1}
+    for request in step.carried:
+        if request.key in carried:
+            assert request.carried_steps == 2 and set(request.state) == {1}
+
+    state["carried"][0]["task_id"] = "gone"
+    with pytest.raises(ValueError, match="gone"):
+        source().load_state_dict(state)
+
+
 def test_admitted_trials_come_in_launch_order_whatever_order_they_finish():
     """A step whose trials are the same packs the same batch: the slowest-first requests
     finish fastest-first, and the samples still come in request order."""
