@@ -10,7 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
-from absl import app, flags
+import jax
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,15 +34,25 @@ def main(argv) -> None:
     _interrupt_on_sigterm()
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from t1jax import distributed
+    # before any device is touched: a process outside the job would build its own small mesh
+    multi = distributed.initialize()
     config = _CONFIG.value
     if config is None:
         raise app.UsageError("--config is required, e.g. --config configs/oracle.py")
     from t1jax.jobs import MODES
     if config.mode not in MODES:
         raise app.UsageError(f"unknown mode {config.mode!r} in the config; known: {sorted(MODES)}")
+    if multi and config.mode != "train":
+        raise app.UsageError(f"mode {config.mode!r} runs as one process; a multi-process job "
+                             "runs the train job's stages from recorded data (issue #43)")
     workdir = Path(_WORKDIR.value or os.path.join("runs", config.mode)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+    if not multi or distributed.is_main():  # (a single process touches no device here)
+        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+    if multi:
+        logging.info("process %d of %d, %d of %d devices here", distributed.process_index(),
+                     distributed.process_count(), len(jax.local_devices()), len(jax.devices()))
     import importlib
 
     from t1jax.jobs import UsageError

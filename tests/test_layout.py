@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1] / "t1jax"
 
 # Lowest first; a module belongs to the longest prefix that names it.
 LAYERS = (
-    ("t1jax.sharding", "t1jax.faults", "t1jax.metrics_log", "t1jax.checkpoint"),
+    ("t1jax.sharding", "t1jax.faults", "t1jax.metrics_log", "t1jax.checkpoint",
+     "t1jax.distributed"),
     ("t1jax.model", "t1jax.sandbox", "t1jax.verify", "t1jax.tasks.task", "t1jax.tasks.pool",
      "t1jax.tasks.sampler", "t1jax.tasks.decontam"),
     ("t1jax.rollout",),

@@ -8,6 +8,7 @@ how far, the rate, elapsed and remaining time, and its `info` field.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -94,8 +95,13 @@ class PlainProgress:
 
 def job_progress(info: bool = True):
     """Bars for a job: rich's on a terminal, PlainProgress elsewhere. info: a column for each
-    bar's `info` field (its latest metric, what it is doing)."""
+    bar's `info` field (its latest metric, what it is doing). In a multi-process job only
+    process 0 prints: the others' bars go nowhere."""
     from rich.console import Console
+
+    from t1jax import distributed
+    if not distributed.is_main():
+        return PlainProgress(out=open(os.devnull, "w"))
     if not Console().is_terminal:
         return PlainProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \

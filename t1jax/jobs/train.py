@@ -20,6 +20,16 @@ SOURCES = ("live", "recorded")
 
 def _check(config) -> None:
     check_choices(config, {"stage": STAGES, "schedule": SCHEDULES, "rollouts.source": SOURCES})
+    from t1jax import distributed
+    if distributed.process_count() > 1 and (
+            (config.stage == "sft" and not config.sft.data_dir)
+            or (config.stage != "sft" and config.rollouts.source == "live")):
+        # every process would play the whole step's trials on its own and the step would
+        # stitch their different batches together without an error
+        raise UsageError("a multi-process job trains from data every process reads: "
+                         "--config.sft.data_dir (SFT) or --config.rollouts.source=recorded; "
+                         "live rollouts split across processes are not implemented yet "
+                         "(issue #43)")
     if config.rollouts.source == "recorded" and not config.rollouts.recorded_dir \
             and config.stage != "sft":
         raise UsageError("config.rollouts.source='recorded' needs config.rollouts.recorded_dir")

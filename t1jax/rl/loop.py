@@ -17,6 +17,7 @@ checkpoint, and `metrics.jsonl` keeps one row per step.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import time
@@ -26,6 +27,7 @@ from typing import Protocol
 import jax
 from absl import logging
 
+from t1jax import distributed
 from t1jax.checkpoint import Checkpointer, abstract_like
 from t1jax.faults import kill_point
 from t1jax.metrics_log import MetricWriter
@@ -209,7 +211,9 @@ def run(trainer, source: RolloutSource, workdir, options: LoopOptions, *,
         if options.stage != "sft":  # the engines sample from this policy (restored, or
             source.publish(trainer, str(start))  # loaded from SFT): Warm-Up's too
         # rows are numbered by finished steps (1..), so keep those up to the checkpoint
-        with MetricWriter(workdir, resume_step=start + 1) as writer, \
+        writer = (MetricWriter(workdir, resume_step=start + 1) if distributed.is_main()
+                  else _NoMetrics())  # every process computes them, process 0 writes them
+        with writer, \
                 concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout") as pool:
             pending = None
             for step in range(start, options.steps):
@@ -255,6 +259,16 @@ def run(trainer, source: RolloutSource, workdir, options: LoopOptions, *,
                     break
         checkpointer.wait()
     return history
+
+
+class _NoMetrics(contextlib.nullcontext):
+    """A MetricWriter for the processes other than 0 of a multi-process job."""
+
+    def write(self, step, scalars) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
 
 
 class DatasetBatches:

@@ -1,0 +1,87 @@
+"""Multi-controller JAX: one process per host (or per group of devices), every process running
+the same program over one global mesh, as JAX runs on TPU pods and GPU nodes.
+
+Why a module of its own: JAX reads no environment variable by itself; a process that never
+calls `jax.distributed.initialize` sees only its own devices and builds a wrong, smaller mesh
+without an error. `experiments/run.py` joins the job here before anything touches a device,
+and the rest of the code asks `is_main()` before writing what exactly one process must write
+(metrics, reports, config files, progress lines).
+
+The environment names the job (set by `experiments/launch_local.py`, by hand, or by a cluster
+script; BUILD.md "Multi-process"):
+  JAX_COORDINATOR_ADDRESS  host:port of process 0's coordinator (127.0.0.1:port on one machine)
+  JAX_NUM_PROCESSES        processes in the job
+  JAX_PROCESS_ID           this process's index, 0 .. JAX_NUM_PROCESSES - 1
+or T1JAX_DISTRIBUTED=auto: JAX's own cluster detection (a Cloud TPU pod slice, SLURM, ...).
+None of them set: a single process, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+
+COORDINATOR, NUM_PROCESSES, PROCESS_ID = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
+                                          "JAX_PROCESS_ID")
+AUTO = "T1JAX_DISTRIBUTED"
+
+
+def requested(environ=None) -> dict | None:
+    """The job the environment describes: None (single process), {} (JAX's cluster
+    detection), or the explicit coordinator arguments. Partial settings are an error."""
+    environ = os.environ if environ is None else environ
+    names = (COORDINATOR, NUM_PROCESSES, PROCESS_ID)
+    given = [n for n in names if environ.get(n)]
+    if not given:
+        if environ.get(AUTO, "") in ("", "0"):
+            return None
+        if environ[AUTO] != "auto":
+            raise ValueError(f"{AUTO}={environ[AUTO]!r}: use 'auto' (JAX's cluster detection) "
+                             f"or set {', '.join(names)}")
+        return {}
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise ValueError(f"a multi-process job needs {', '.join(names)}; {', '.join(given)} "
+                         f"set but {', '.join(missing)} missing")
+    try:
+        num, pid = int(environ[NUM_PROCESSES]), int(environ[PROCESS_ID])
+    except ValueError as err:
+        raise ValueError(f"{NUM_PROCESSES} and {PROCESS_ID} must be integers: {err}") from err
+    if num < 1 or not 0 <= pid < num:
+        raise ValueError(f"{PROCESS_ID}={pid} is not in 0..{NUM_PROCESSES}-1={num - 1}")
+    return {"coordinator_address": environ[COORDINATOR], "num_processes": num,
+            "process_id": pid}
+
+
+def initialize(environ=None) -> bool:
+    """Joins the job the environment describes (before any device is touched); False, doing
+    nothing, when it describes none."""
+    args = requested(environ)
+    if args is None:
+        return False
+    import jax
+    jax.distributed.initialize(**args)
+    return True
+
+
+def process_index() -> int:
+    import jax
+    return jax.process_index()
+
+
+def process_count() -> int:
+    import jax
+    return jax.process_count()
+
+
+def is_main() -> bool:
+    """The process that writes what exactly one must (metrics, reports, progress). Outside a
+    multi-process job it is this process, without touching JAX's backend."""
+    return requested() is None or process_index() == 0
+
+
+def barrier(name: str) -> None:
+    """Every process waits here for all the others (a no-op in a single process): e.g. process
+    0 writes a file the others then read."""
+    if process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
