@@ -14,14 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
-from t1jax.checkpoint import finalized_steps
-
-from test_train_resume import ROOT, SMALL, record
+from test_train_resume import ROOT, SMALL, leaves, record
 
 pytestmark = pytest.mark.slow
 
@@ -62,22 +58,6 @@ def ppo_args(workdir, recorded, sft, steps):
             "--config.rollouts.source=recorded", f"--config.rollouts.recorded_dir={recorded}",
             f"--config.init.actor={sft / 'checkpoints'}", f"--config.steps={steps}",
             "--config.checkpoint.every=2", *SMALL, *MESH]
-
-
-def leaves(workdir: Path) -> dict:
-    """Every array of the final checkpoint, onto this process's one device whatever mesh saved
-    it (a 4-device checkpoint names shardings this process cannot build)."""
-    step = max(finalized_steps(workdir / "checkpoints"))
-    out, device = {}, jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    for item in ("actor", "critic", "actor_opt", "critic_opt"):
-        path = (workdir / "checkpoints" / str(step) / item).absolute()
-        stored = ocp.StandardCheckpointHandler().metadata(path).tree
-        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device)
-                              if hasattr(m, "shape") else m, stored)
-        tree = ocp.StandardCheckpointer().restore(path, target)
-        for key, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
-            out[f"{item}{jax.tree_util.keystr(key)}"] = np.asarray(value)
-    return out
 
 
 def assert_close(a: Path, b: Path) -> float:

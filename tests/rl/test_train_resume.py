@@ -68,14 +68,18 @@ def final_params(workdir: Path):
     return step, meta
 
 
-def leaves(workdir: Path):
-    """Every array of the final checkpoint, read as saved (numpy)."""
+def leaves(workdir: Path) -> dict:
+    """Every array of the final checkpoint, read as saved (numpy), onto this process's one
+    device whatever mesh saved it (a 4-device checkpoint names shardings it cannot build)."""
     import orbax.checkpoint as ocp
     step = max(finalized_steps(workdir / "checkpoints"))
-    out = {}
+    out, device = {}, jax.sharding.SingleDeviceSharding(jax.devices()[0])
     for item in ("actor", "critic", "actor_opt", "critic_opt"):
-        path = workdir / "checkpoints" / str(step) / item
-        tree = ocp.StandardCheckpointer().restore(path)
+        path = (workdir / "checkpoints" / str(step) / item).absolute()
+        stored = ocp.StandardCheckpointHandler().metadata(path).tree
+        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device)
+                              if hasattr(m, "shape") else m, stored)
+        tree = ocp.StandardCheckpointer().restore(path, target)
         for key, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
             out[f"{item}{jax.tree_util.keystr(key)}"] = np.asarray(value)
     return out
