@@ -85,9 +85,7 @@ def link_reused(source: Path, workdir: Path, *, warmup: bool = True,
     source = source.resolve()
     if not (source / "pool" / "DONE").is_file():
         raise UsageError(f"config.reuse={source}: not a recipe workdir with a finished pool phase")
-    theirs = None
-    if config is not None and (source / "config.json").is_file():
-        theirs = _with_added_defaults(json.loads((source / "config.json").read_text()))
+    if config is not None:
         config = _with_added_defaults(config)
     linked, have = [], set()
     for name in REUSABLE:
@@ -101,6 +99,8 @@ def link_reused(source: Path, workdir: Path, *, warmup: bool = True,
         if after is not None and after not in have:
             logging.info("not reusing %s: %s is not reused from %s", name, after, source)
             continue
+        theirs = made_with(source, name) if config is not None else None
+        theirs = None if theirs is None else _with_added_defaults(theirs)
         differs = [k for k in keys if config is not None and
                    (theirs is None or _entry(theirs, k) != _entry(config, k))]
         if differs:
@@ -124,11 +124,30 @@ def _log_time(workdir: Path, phase: str, seconds: float) -> None:
                             "time": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
 
 
-def _mark(path: Path, info: dict | None = None, made_from: dict | None = None) -> None:
-    """DONE, with a fresh id for what the phase made and the ids of what it was made from."""
+def _mark(path: Path, info: dict | None = None, made_from: dict | None = None,
+          config: dict | None = None) -> None:
+    """DONE, with a fresh id for what the phase made, the ids of what it was made from, and
+    the config it was made with (config.json is rewritten by every later start of the
+    workdir, and a finished phase is not made again: only DONE still says what made it)."""
     path.mkdir(parents=True, exist_ok=True)
     lineage = {} if made_from is None else {"id": uuid.uuid4().hex, "from": made_from}
-    (path / "DONE").write_text(json.dumps({**(info or {}), **lineage}) + "\n")
+    made_with = {} if config is None else {"config": config}
+    (path / "DONE").write_text(json.dumps({**(info or {}), **lineage, **made_with}) + "\n")
+
+
+def made_with(source: Path, phase: str) -> dict | None:
+    """The config `phase` of the run in `source` was made with: its DONE's record (the
+    tokenizer is the pool phase's; an evaluation's is in its folder's FROM), else the run's
+    config.json (runs made before phases recorded it)."""
+    record = {"tokenizer.json": source / "pool" / "DONE"}.get(phase, source / phase / "DONE")
+    if phase.startswith("eval/"):
+        record = source / phase / "FROM"
+    if record.is_file():
+        config = json.loads(record.read_text() or "{}").get("config")
+        if config is not None:
+            return config
+    path = source / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 # The training phases each finished phase was made from. Checked on every start: a workdir whose
@@ -164,6 +183,7 @@ class Recipe:
         self.config, self.workdir = config, workdir
         self.pool_dir = workdir / "pool"
         self.images: dict = {}
+        self.config_dict = json.loads(config.to_json_best_effort())  # recorded in each DONE
         self._stack: build.TaskStack | None = None
         self._splits: dict = {}
         self.bars = None  # job_progress() bars while run() is active
@@ -270,7 +290,8 @@ class Recipe:
                 self.pool_dir, system_prompt=self.config.agent.system_prompt, splits=("train",)))
             tok.save(str(self.workdir / "tokenizer.json"))
             _mark(self.pool_dir, {"train": len(plan["train"]), "heldout": len(plan["heldout"]),
-                                  "validation": len(plan["validation"])})
+                                  "validation": len(plan["validation"])},
+                  config=self.config_dict)
 
     def oracle(self) -> None:
         from t1jax.tasks.validate import validate_pool
@@ -291,7 +312,7 @@ class Recipe:
         # generator bug here, though only a leak in an outside pool
         if not summary["pool_healthy"] or summary["nothing_leaks"]:
             raise RuntimeError(f"the generated pool is not healthy: see {out}/results.md")
-        _mark(out, summary)
+        _mark(out, summary, config=self.config_dict)
 
     def sft(self) -> None:
         from t1jax.rl import loop
@@ -328,7 +349,7 @@ class Recipe:
                                   checkpoint_every=min(self.config.sft.checkpoint_every,
                                                        self.config.sft.steps)),
                  progress=metric_bar(self.bars, "SFT", self.config.sft.steps, "sft/nll"))
-        _mark(out, made_from=self.made_from("sft"))
+        _mark(out, made_from=self.made_from("sft"), config=self.config_dict)
 
     def _add_slips(self, s, samples: list, skipped: list) -> tuple[list, list]:
         """The teacher's slip on every train task whose reference was kept (attempt 1 beside
@@ -399,7 +420,7 @@ class Recipe:
         finite = lambda v: None if math.isnan(v) else round(v, 6)  # noqa: E731
         _mark(out, {"steps": len(evs), "healthy": ok, "ev_window_mean": finite(window_ev),
                     "explained_variance": [finite(v) for v in evs]},
-              made_from=self.made_from("warmup"))
+              made_from=self.made_from("warmup"), config=self.config_dict)
 
     def ppo(self) -> None:
         from t1jax.checkpoint import finalized_steps
@@ -437,7 +458,7 @@ class Recipe:
         loop.run(trainer, self._live(trainer, out, "ppo"), out,
                  loop.LoopOptions(steps=self.config.ppo.steps, stage="ppo",
                                   schedule=self.config.schedule), progress=tick)
-        _mark(out, made_from=self.made_from("ppo"))
+        _mark(out, made_from=self.made_from("ppo"), config=self.config_dict)
 
     def eval_seed(self) -> int:
         """config.eval.sampling_seed, or with -1 (the default) one derived from config.seed:
@@ -486,6 +507,10 @@ class Recipe:
             if (self.eval_dir(label, split) / "summary.json").is_file():
                 continue  # kept: no need to read the checkpoint
             if label == "base":
+                folder = self.eval_dir(label, split)
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "FROM").write_text(json.dumps({"id": None,
+                                                         "config": self.config_dict}) + "\n")
                 self.evaluate("base", build.policy(self.config))
                 continue
             ckpt = self.workdir / label / "checkpoints"
@@ -494,7 +519,8 @@ class Recipe:
                 continue
             folder = self.eval_dir(label, split)
             folder.mkdir(parents=True, exist_ok=True)  # what it evaluates, before any trial
-            (folder / "FROM").write_text(json.dumps({"id": done_id(self.workdir / label)}) + "\n")
+            (folder / "FROM").write_text(json.dumps({"id": done_id(self.workdir / label),
+                                                     "config": self.config_dict}) + "\n")
             self.evaluate(label, build.restored_actor(build.policy(self.config), ckpt),
                           split=split)
 

@@ -172,3 +172,28 @@ def test_sft_data_a_killed_run_left_half_written_is_made_again(toy_run, tmp_path
     run_toy_recipe(workdir, "tiny_cpu.py", "--config.phases=sft")
     assert sorted(p.name for p in data.glob("*.npz")) == names
     assert json.loads((data / "COMPLETE").read_text())["samples"] == len(names)
+
+
+def test_reuse_compares_what_each_phase_was_made_with(tmp_path):
+    """config.json is rewritten by every start of a workdir, a finished one too (a seed sweep
+    rerun with other flags): reuse must compare with the config each phase was made with, as
+    its DONE records it, or it links a phase made with other settings without a word."""
+    from t1jax.jobs.recipe import _mark, link_reused
+    made = {"seed": 0, "pool": {"n": 1}, "model": {"vocab_size": 8}, "agent": {},
+            "oracle": {}, "verifier": {}, "sft": {"lr": 1e-3}}
+    later = json.loads(json.dumps(made))
+    later["sft"]["lr"] = 5e-3
+    source = tmp_path / "source"
+    for phase in ("pool", "oracle", "sft"):
+        _mark(source / phase, config=made)
+    (source / "tokenizer.json").write_text("{}")
+    (source / "config.json").write_text(json.dumps(later))  # a later start's flags
+
+    assert link_reused(source, tmp_path / "same", warmup=False, config=made) == [
+        "pool", "tokenizer.json", "oracle", "sft"]
+    assert link_reused(source, tmp_path / "other", warmup=False, config=later) == [
+        "pool", "tokenizer.json", "oracle"]
+    # a run made before phases recorded their config: config.json is all there is
+    for phase in ("pool", "oracle", "sft"):
+        (source / phase / "DONE").write_text("{}\n")
+    assert link_reused(source, tmp_path / "old", warmup=False, config=later)[-1] == "sft"
