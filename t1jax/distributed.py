@@ -19,6 +19,9 @@ None of them set: a single process, unchanged.
 from __future__ import annotations
 
 import os
+import pickle
+
+import numpy as np
 
 COORDINATOR, NUM_PROCESSES, PROCESS_ID = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                           "JAX_PROCESS_ID")
@@ -85,3 +88,28 @@ def barrier(name: str) -> None:
     if process_count() > 1:
         from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices(name)
+
+
+def host_copy(tree):
+    """Every array of `tree` whole, as numpy, on every process: a global array spans other
+    hosts' devices, which jax.device_get cannot read (an allgather; every process calls it)."""
+    import jax
+    if process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+    return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def allgather_objects(obj) -> list:
+    """[process 0's obj, process 1's, ...] on every process (every process calls it): the
+    host-side results of work split across processes, e.g. each one's share of the trials."""
+    if process_count() == 1:
+        return [obj]
+    from jax.experimental import multihost_utils
+    data = np.frombuffer(pickle.dumps(obj), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int64)))
+    sizes = sizes.reshape(-1)
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[:data.size] = data
+    gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+    return [pickle.loads(gathered[i, :sizes[i]].tobytes()) for i in range(len(sizes))]
