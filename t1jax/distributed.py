@@ -18,7 +18,11 @@ None of them set: a single process, unchanged.
 
 from __future__ import annotations
 
+import itertools
 import os
+import pickle
+
+import numpy as np
 
 COORDINATOR, NUM_PROCESSES, PROCESS_ID = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                           "JAX_PROCESS_ID")
@@ -79,9 +83,44 @@ def is_main() -> bool:
     return requested() is None or process_index() == 0
 
 
-def barrier(name: str) -> None:
-    """Every process waits here for all the others (a no-op in a single process): e.g. process
-    0 writes a file the others then read."""
-    if process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices(name)
+_RENDEZVOUS = itertools.count()
+RENDEZVOUS_TIMEOUT_S = 3600
+
+
+def rendezvous(name: str) -> None:
+    """Every process waits here for all the others, through the coordination service (a no-op
+    in a single process). Why: XLA's CPU collectives (gloo) give a collective's first use 30 s
+    for every process to arrive, and processes that compile or play trials at different
+    speeds can be further apart than that; this wait has no such limit."""
+    if process_count() == 1:
+        return
+    from jax._src import distributed as jax_distributed
+    jax_distributed.global_state.client.wait_at_barrier(
+        f"t1jax/{name}/{next(_RENDEZVOUS)}", RENDEZVOUS_TIMEOUT_S * 1000)
+
+
+def host_copy(tree):
+    """Every array of `tree` whole, as numpy, on every process: a global array spans other
+    hosts' devices, which jax.device_get cannot read (an allgather; every process calls it)."""
+    import jax
+    if process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+    rendezvous("host_copy")
+    return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def allgather_objects(obj) -> list:
+    """[process 0's obj, process 1's, ...] on every process (every process calls it): the
+    host-side results of work split across processes, e.g. each one's share of the trials."""
+    if process_count() == 1:
+        return [obj]
+    from jax.experimental import multihost_utils
+    rendezvous("allgather_objects")  # trials end at different times on each process
+    data = np.frombuffer(pickle.dumps(obj), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int64)))
+    sizes = sizes.reshape(-1)
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[:data.size] = data
+    gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+    return [pickle.loads(gathered[i, :sizes[i]].tobytes()) for i in range(len(sizes))]

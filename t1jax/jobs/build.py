@@ -230,11 +230,32 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
     from t1jax.rollout.sglang import FleetEngine
     from t1jax.rollout.source import LiveRollouts
     from t1jax.tasks.sampler import EpochSampler
+    from t1jax import distributed
     r = config.rollouts
     publish = None
-    if r.engine == "embedded":
+    processes = (distributed.process_index(), distributed.process_count())
+    if r.engine == "embedded" and processes[1] > 1:
+        # each process generates alone, at its own pace: from its own whole copy of the policy
+        # on its first device, not from the global arrays (whose every use is a collective)
+        import jax
+        from flax import nnx
+
+        def local_policy():
+            return jax.device_put(distributed.host_copy(trainer.state.actor),
+                                  jax.local_devices()[0])
+
+        engine = embedded_engine(nnx.merge(trainer.actor_def, local_policy()),
+                                 max_batch=r.engine_batch, max_len=config.rl.max_length)
+
+        def publish_local(trainer, version):
+            engine.load_weights(local_policy(), version)
+        publish = publish_local
+    elif r.engine == "embedded":
         engine = embedded_engine(trainer.actor_model(), max_batch=r.engine_batch,
                                  max_len=config.rl.max_length)
+    elif processes[1] > 1:
+        raise UsageError("config.rollouts.engine='fleet' in a multi-process job: publishing "
+                         "weights from several hosts is not implemented (issue #43)")
     elif r.engine == "fleet":
         if not r.fleet_urls:
             raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
@@ -256,7 +277,9 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
     tasks = stack.tasks
     trial = episode_trial(stack.backend, engine, stack.tokenizer, {t.task_id: t for t in tasks},
                           scale=stack.scale, sampling=sampling, limits=stack.limits,
-                          run_id=f"train-{workdir.name}", verifier_mode=config.verifier.mode,
+                          run_id=f"train-{workdir.name}" + (f"-p{processes[0]}"
+                                                             if processes[1] > 1 else ""),
+                          verifier_mode=config.verifier.mode,
                           max_turns=r.max_turns, max_tokens=trial_tokens,
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,
@@ -269,7 +292,8 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
                         batch_size=r.batch_size, oversample=r.oversample,
                         carry_over=r.carry_over, record_dir=workdir / "rollouts",
-                        publish=publish, group_size=r.get("group_size", 1))
+                        publish=publish, group_size=r.get("group_size", 1),
+                        processes=processes)
 
 
 def check_off_policy(config, carry_over: bool) -> None:

@@ -21,15 +21,18 @@ SOURCES = ("live", "recorded")
 def _check(config) -> None:
     check_choices(config, {"stage": STAGES, "schedule": SCHEDULES, "rollouts.source": SOURCES})
     from t1jax import distributed
-    if distributed.process_count() > 1 and (
-            (config.stage == "sft" and not config.sft.data_dir)
-            or (config.stage != "sft" and config.rollouts.source == "live")):
-        # every process would play the whole step's trials on its own and the step would
-        # stitch their different batches together without an error
-        raise UsageError("a multi-process job trains from data every process reads: "
-                         "--config.sft.data_dir (SFT) or --config.rollouts.source=recorded; "
-                         "live rollouts split across processes are not implemented yet "
-                         "(issue #43)")
+    if distributed.process_count() > 1:
+        if config.stage == "sft" and not config.sft.data_dir:
+            raise UsageError("a multi-process SFT trains on samples every process reads "
+                             "(--config.sft.data_dir); building them from oracle solutions "
+                             "runs as one process (configs/oracle.py, issue #43)")
+        live = config.stage != "sft" and config.rollouts.source == "live"
+        if live and (config.rollouts.engine != "embedded" or config.rollouts.oversample != 1):
+            # admission by finishing order would differ between processes, and a fleet
+            # publish would export arrays that span other hosts
+            raise UsageError("live rollouts across processes run on the embedded engine with "
+                             "--config.rollouts.oversample=1 (each process plays its share; "
+                             "oversampling and the fleet: issue #43)")
     if config.rollouts.source == "recorded" and not config.rollouts.recorded_dir \
             and config.stage != "sft":
         raise UsageError("config.rollouts.source='recorded' needs config.rollouts.recorded_dir")

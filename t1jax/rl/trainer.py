@@ -28,7 +28,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from t1jax import sharding
+from t1jax import distributed, sharding
 from t1jax.model.transformer import CausalLM, ValueModel, log_probs
 from t1jax.rl import critic as critic_lib
 from t1jax.rl import metrics as metrics_lib
@@ -249,9 +249,16 @@ class Trainer:
         key = (name, batch.tokens.shape)
         if key not in self._compiled:
             state_sh = self.state_shardings()
-            self._compiled[key] = jax.jit(
+            step = jax.jit(
                 fn, in_shardings=(state_sh, batch_shardings(batch, self.mesh, self.rules)),
                 out_shardings=(state_sh, None), donate_argnums=(0,))
+            if distributed.process_count() > 1:
+                # compile here, then meet: processes compile at different speeds, and the
+                # step's first collective gives them only 30 s to arrive (distributed.py)
+                with jax.set_mesh(self.mesh):
+                    step = step.lower(self.state, batch).compile()
+                distributed.rendezvous(f"compiled {name}")
+            self._compiled[key] = step
         return self._compiled[key]
 
     def _run(self, name: str, fn, samples_or_batch, version: int | None = None,

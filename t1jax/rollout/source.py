@@ -13,8 +13,9 @@ from pathlib import Path
 
 from absl import logging
 
+from t1jax import distributed
 from t1jax.rollout.sample import save_dataset, staleness
-from t1jax.rollout.scheduler import TrialRequest
+from t1jax.rollout.scheduler import StepResult, TrialRequest
 
 
 class LiveRollouts:
@@ -23,12 +24,18 @@ class LiveRollouts:
 
     def __init__(self, scheduler, tasks: list, sampler, engine, *, batch_size: int,
                  oversample: float = 1.5, carry_over: bool = True, record_dir=None,
-                 publish=None, group_size: int = 1):
+                 publish=None, group_size: int = 1, processes: tuple[int, int] = (0, 1)):
         """group_size: trials of each drawn task per step (T1: 1); with more, a step holds
         batch_size / group_size tasks, and rl.baseline='task' compares each trial with its
-        task's others."""
+        task's others. processes: (this process, of how many) in a multi-process job: every
+        process draws the same requests, plays every processes-th of them, and receives
+        everyone's samples, so all hold the same step in the same order."""
         if group_size < 1:
             raise ValueError(f"rollouts.group_size must be >= 1, got {group_size}")
+        self.process, self.processes = processes
+        if self.processes > 1 and oversample != 1.0:
+            raise ValueError("oversampled admission (first trials to finish) across processes "
+                             "is not implemented (issue #43): set rollouts.oversample=1")
         self.scheduler, self.tasks, self.sampler, self.engine = scheduler, tasks, sampler, engine
         self.group_size = group_size
         self.batch_size, self.oversample, self.carry_over = batch_size, oversample, carry_over
@@ -50,21 +57,47 @@ class LiveRollouts:
                     fresh.append(TrialRequest(self.tasks[i].task_id, attempt=self._next_attempt))
                     self._next_attempt += 1
         requests = self._carried + fresh
-        result = self.scheduler.collect(requests, self.batch_size, oversample=self.oversample,
-                                        carry_over=self.carry_over)
-        self._carried = result.carried
+        if self.processes > 1:
+            samples, failures = self._collect_split(requests)
+        else:
+            result = self.scheduler.collect(requests, self.batch_size,
+                                            oversample=self.oversample,
+                                            carry_over=self.carry_over)
+            self._carried = result.carried
+            self.last_result = result
+            samples, failures = result.samples, len(result.failed)
+            for failed in result.failed:
+                logging.warning("trial failed (dropped, not trained): %s", failed.error)
+        self.last_metrics = {"rollout/infra_failures": failures, **staleness(samples, step)}
+        if not samples:
+            raise RuntimeError(f"step {step}: no trial finished ({failures} failed); "
+                               "see the warnings above")
+        if self.record_dir is not None and distributed.is_main():
+            # the whole step's folder: a rerun of a killed step leaves none of its trials
+            save_dataset(samples, self.record_dir / f"step_{step:05d}")
+        return samples
+
+    def _collect_split(self, requests: list) -> tuple[list, int]:
+        """This process plays its share (every processes-th request); the samples of all come
+        back in request order, the same list on every process. With oversample 1 every trial
+        that finishes is admitted, so no admission depends on another process's timing."""
+        index = {r.key: i for i, r in enumerate(requests)}
+        mine = requests[self.process::self.processes]
+        result = (self.scheduler.collect(mine, len(mine), oversample=1.0,
+                                         carry_over=self.carry_over)
+                  if mine else StepResult([], [], [], []))
+        if result.carried:  # cannot happen with every launched trial admitted
+            raise RuntimeError(f"{len(result.carried)} trials carried over in a split step")
         self.last_result = result
-        self.last_metrics = {"rollout/infra_failures": len(result.failed),
-                             **staleness(result.samples, step)}
         for failed in result.failed:
             logging.warning("trial failed (dropped, not trained): %s", failed.error)
-        if not result.samples:
-            raise RuntimeError(f"step {step}: no trial finished ({len(result.failed)} failed); "
-                               "see the warnings above")
-        if self.record_dir is not None:
-            # the whole step's folder: a rerun of a killed step leaves none of its trials
-            save_dataset(result.samples, self.record_dir / f"step_{step:05d}")
-        return result.samples
+        for r in result.admitted:  # who played it: where its sandbox and log lines were
+            r.sample.metadata["process"] = self.process
+        shares = distributed.allgather_objects(
+            ([(index[r.request.key], r.sample) for r in result.admitted], len(result.failed)))
+        ordered = sorted(((i, sample) for share, _ in shares for i, sample in share),
+                         key=lambda pair: pair[0])
+        return [sample for _, sample in ordered], sum(failed for _, failed in shares)
 
     def publish(self, trainer, version: str) -> None:
         if self._publish is not None:
