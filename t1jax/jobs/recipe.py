@@ -506,23 +506,17 @@ class Recipe:
         for label, split in self.final_labels():
             if (self.eval_dir(label, split) / "summary.json").is_file():
                 continue  # kept: no need to read the checkpoint
-            if label == "base":
-                folder = self.eval_dir(label, split)
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "FROM").write_text(json.dumps({"id": None,
-                                                         "config": self.config_dict}) + "\n")
-                self.evaluate("base", build.policy(self.config))
-                continue
             ckpt = self.workdir / label / "checkpoints"
-            if not has_checkpoint(ckpt):
+            if label != "base" and not has_checkpoint(ckpt):
                 logging.warning("eval: no %s row: %s holds no finished checkpoint", label, ckpt)
                 continue
             folder = self.eval_dir(label, split)
             folder.mkdir(parents=True, exist_ok=True)  # what it evaluates, before any trial
             (folder / "FROM").write_text(json.dumps({"id": done_id(self.workdir / label),
                                                      "config": self.config_dict}) + "\n")
-            self.evaluate(label, build.restored_actor(build.policy(self.config), ckpt),
-                          split=split)
+            policy = build.policy(self.config)  # base: the untrained policy, no DONE, id None
+            self.evaluate(label, policy if label == "base" else
+                          build.restored_actor(policy, ckpt), split=split)
 
 
 def run(config, workdir: Path) -> int:
