@@ -10,7 +10,8 @@ reward), evaluates base / SFT / PPO on the test split (3 attempts each; SFT and 
 validation too), and writes `report/` (plots, summary.md, trajectories.html). Re-run the same command to resume. Run a subset of phases with
 --config.phases=pool,oracle,sft (phases: pool, oracle, sft, warmup, ppo, eval, report).
 README has the phase times and the held-out table of one fresh run (the time depends on the
-CPU: 2-core VMs have differed 3.5x at training steps).
+CPU: 2-core VMs have differed 3.5x at training steps). The same job as several processes (one
+per host of a pod, or N on one machine): experiments/launch_local.py, BUILD.md "Accelerators".
 """
 
 import ml_collections

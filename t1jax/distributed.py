@@ -101,13 +101,24 @@ def rendezvous(name: str) -> None:
 
 def host_copy(tree):
     """Every array of `tree` whole, as numpy, on every process: a global array spans other
-    hosts' devices, which jax.device_get cannot read (an allgather; every process calls it)."""
+    hosts' devices, which jax.device_get cannot read (an allgather; every process calls it).
+    Arrays this process holds whole (on its own devices, or numpy) are copied as they are:
+    gathering them would concatenate every process's copy."""
     import jax
     if process_count() == 1:
         return jax.device_get(tree)
     from jax.experimental import multihost_utils
-    rendezvous("host_copy")
-    return multihost_utils.process_allgather(tree, tiled=True)
+    leaves, treedef = jax.tree.flatten(tree)
+    spanning = [i for i, x in enumerate(leaves)
+                if isinstance(x, jax.Array) and not x.is_fully_addressable]
+    out = [None if i in spanning else np.asarray(jax.device_get(x))
+           if isinstance(x, jax.Array) else x for i, x in enumerate(leaves)]
+    if spanning:
+        rendezvous("host_copy")
+        gathered = multihost_utils.process_allgather([leaves[i] for i in spanning], tiled=True)
+        for i, value in zip(spanning, gathered):
+            out[i] = np.asarray(value)
+    return jax.tree.unflatten(treedef, out)
 
 
 def allgather_objects(obj) -> list:

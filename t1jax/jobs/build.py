@@ -193,6 +193,41 @@ def restored_actor(model, checkpoints, step: int | None = None):
     return model
 
 
+def local_params(params):
+    """`params` whole on this process's first device. In a multi-process job a model's global
+    arrays span other hosts' devices and every use of them is a collective, so an engine that
+    runs at its own pace on one process (embedded generation, evaluation) needs its own copy.
+    Every process calls it (an allgather)."""
+    import jax
+
+    from t1jax import distributed
+    return jax.device_put(distributed.host_copy(params), jax.local_devices()[0])
+
+
+def local_model(model):
+    """`model` (a CausalLM) with local_params of its parameters; itself in a single process."""
+    from t1jax import distributed
+    if distributed.process_count() == 1:
+        return model
+    from flax import nnx
+    graphdef, params = nnx.split(model, nnx.Param)
+    return nnx.merge(graphdef, local_params(params))
+
+
+def check_processes(config, *, live: bool = True) -> None:
+    """What a multi-process job cannot do yet, refused before anything runs (nothing in a
+    single process). live: whether the job plays rollouts live."""
+    from t1jax import distributed
+    r = config.rollouts
+    if distributed.process_count() > 1 and live and (r.engine != "embedded"
+                                                     or r.oversample != 1):
+        # admission by finishing order would differ between processes, and a fleet publish
+        # would export arrays that span other hosts
+        raise UsageError("live rollouts across processes run on the embedded engine with "
+                         "--config.rollouts.oversample=1 (each process plays its share; "
+                         "oversampling and the fleet: issue #43)")
+
+
 # -- live rollouts -------------------------------------------------------------------------------
 def tool_format(config) -> str:
     """How the policy writes tool calls: config.rollouts.tool_format, else its checkpoint's
@@ -235,20 +270,13 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
     publish = None
     processes = (distributed.process_index(), distributed.process_count())
     if r.engine == "embedded" and processes[1] > 1:
-        # each process generates alone, at its own pace: from its own whole copy of the policy
-        # on its first device, not from the global arrays (whose every use is a collective)
-        import jax
+        # each process generates alone, at its own pace, from its own whole copy of the policy
         from flax import nnx
-
-        def local_policy():
-            return jax.device_put(distributed.host_copy(trainer.state.actor),
-                                  jax.local_devices()[0])
-
-        engine = embedded_engine(nnx.merge(trainer.actor_def, local_policy()),
+        engine = embedded_engine(nnx.merge(trainer.actor_def, local_params(trainer.state.actor)),
                                  max_batch=r.engine_batch, max_len=config.rl.max_length)
 
         def publish_local(trainer, version):
-            engine.load_weights(local_policy(), version)
+            engine.load_weights(local_params(trainer.state.actor), version)
         publish = publish_local
     elif r.engine == "embedded":
         engine = embedded_engine(trainer.actor_model(), max_batch=r.engine_batch,

@@ -5,6 +5,12 @@ evaluation of base / SFT / PPO on held-out tasks, and the report.
 Every phase writes into its own folder of the workdir and is skipped when its output is there,
 and the training stages resume from their checkpoints, so re-running the same command after
 an interruption continues where it stopped.
+
+As several processes (experiments/launch_local.py, or one per host of a pod; the workdir on a
+disk they all see): process 0 writes the pool and the oracle's verdicts, builds the SFT data,
+plays the evaluations and writes every record; all of them train SFT, Warm-Up and PPO over one
+global mesh and each plays its share of the live rollouts (t1jax/rollout/source.py). The others
+wait at a rendezvous (t1jax/distributed.py) after each phase and evaluation.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from pathlib import Path
 
 from absl import logging
 
+from t1jax import distributed
 from t1jax.faults import kill_point, killing_progress
 from t1jax.jobs import UsageError, build
 from t1jax.jobs.progress import count_bar, metric_bar
 
 PHASES = ("pool", "oracle", "sft", "warmup", "ppo", "eval", "report")
+# phases that only write files the others read: process 0 alone plays them
+MAIN_ONLY = ("pool", "oracle", "report")
 
 
 def _done(path: Path) -> bool:
@@ -118,7 +127,10 @@ def link_reused(source: Path, workdir: Path, *, warmup: bool = True,
 
 
 def _log_time(workdir: Path, phase: str, seconds: float) -> None:
-    """Append the phase's wall time to timings.jsonl (a resumed phase logs its remainder)."""
+    """Append the phase's wall time to timings.jsonl (a resumed phase logs its remainder);
+    process 0 writes it."""
+    if not distributed.is_main():
+        return
     with open(workdir / "timings.jsonl", "a") as f:
         f.write(json.dumps({"phase": phase, "seconds": round(seconds, 1),
                             "time": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
@@ -128,7 +140,10 @@ def _mark(path: Path, info: dict | None = None, made_from: dict | None = None,
           config: dict | None = None) -> None:
     """DONE, with a fresh id for what the phase made, the ids of what it was made from, and
     the config it was made with (config.json is rewritten by every later start of the
-    workdir, and a finished phase is not made again: only DONE still says what made it)."""
+    workdir, and a finished phase is not made again: only DONE still says what made it).
+    Process 0 writes it."""
+    if not distributed.is_main():
+        return
     path.mkdir(parents=True, exist_ok=True)
     lineage = {} if made_from is None else {"id": uuid.uuid4().hex, "from": made_from}
     made_with = {} if config is None else {"config": config}
@@ -176,6 +191,20 @@ def _per_category(tasks, n: int):
             seen[key] = seen.get(key, 0) + 1
             out.append(task)
     return out
+
+
+def _played(summary: dict, out: Path) -> dict:
+    """The summary of an evaluation in which some trial was played; else a RuntimeError with
+    the first trial's error. When every trial ends in an infrastructure error (the engine or
+    the sandboxes broken, not the policy), the rates would read as a policy that scores its
+    verifier's do-nothing share."""
+    if not summary["trials"] or summary["failure_modes"].get("infra_error", 0) < summary["trials"]:
+        return summary
+    rows = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    error = next((r.get("error") or "" for r in rows if r.get("error")), "")
+    raise RuntimeError(f"evaluation {out}: every one of its {summary['trials']} trials ended in "
+                       f"an infrastructure error, so it measures nothing (remove the folder to "
+                       f"evaluate again). The first trial's error ends with: {error[-600:]}")
 
 
 class Recipe:
@@ -324,7 +353,8 @@ class Recipe:
             return
         s = self.stack()
         data = out / "sft_data"
-        if not dataset_complete(data):  # never a partial set a killed run left
+        # never a partial set a killed run left; process 0 builds it, every process reads it
+        if distributed.is_main() and not dataset_complete(data):
             trainer_cfg = self.config.model
             samples, skipped = oracle_samples(
                 s.tasks, s.backend, s.tokenizer, s.scale,
@@ -340,6 +370,7 @@ class Recipe:
             for task_id, why in skipped:
                 logging.warning("SFT data: skipped %s: %s", task_id, why)
             save_dataset(samples, data, skipped=len(skipped))
+        distributed.rendezvous("recipe/sft_data")
         trainer = self.trainer("sft")
         order_seed = self.config.sft.get("data_seed", -1)
         loop.run(trainer, loop.DatasetBatches(load_samples(data), self.config.sft.batch_size,
@@ -471,21 +502,26 @@ class Recipe:
         """Evaluation of `policy` (a CausalLM) on the test (held-out) or validation split, k
         attempts per task. Every label samples with one seed (eval_seed): a rerun repeats,
         and base / SFT / PPO meet the same random numbers per (task, attempt, turn), so their
-        differences are paired."""
+        differences are paired. Every process calls it; process 0 plays every trial from
+        its own copy of the policy while the others wait (None on them)."""
         from t1jax.rollout import context
         from t1jax.rollout.batching import embedded_engine
         from t1jax.rollout.engine import SamplingParams
         from t1jax.rollout.evaluate import evaluate
         out = self.eval_dir(label, split)
         if (out / "summary.json").is_file():
-            return json.loads((out / "summary.json").read_text())
+            return _played(json.loads((out / "summary.json").read_text()), out)
+        policy = build.local_model(policy)  # an allgather in a multi-process job
+        if not distributed.is_main():
+            distributed.rendezvous("recipe/evaluate")
+            return None
         s = self.stack()
         tasks = self.split("heldout") if split == "test" else self.split("validation")
         name = label if split == "test" else f"{split}_{label}"
         c = self.config
         engine = embedded_engine(policy, max_batch=c.rollouts.engine_batch,
                                  max_len=c.rl.max_length)
-        return evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
+        summary = evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
                         attempts=c.eval.attempts, harness="tools", limits=s.limits,
                         scale=s.scale, out_dir=out,
                         sampling=SamplingParams(temperature=c.eval.temperature,
@@ -500,6 +536,8 @@ class Recipe:
                             count_bar(self.bars, f"eval {name}: trials",
                                       len(tasks) * c.eval.attempts, ("trial",)),
                             f"eval_{name}", "trial", kind="trial"))
+        distributed.rendezvous("recipe/evaluate")
+        return _played(summary, out)
 
     def final_evals(self) -> None:
         from t1jax.checkpoint import has_checkpoint
@@ -511,9 +549,10 @@ class Recipe:
                 logging.warning("eval: no %s row: %s holds no finished checkpoint", label, ckpt)
                 continue
             folder = self.eval_dir(label, split)
-            folder.mkdir(parents=True, exist_ok=True)  # what it evaluates, before any trial
-            (folder / "FROM").write_text(json.dumps({"id": done_id(self.workdir / label),
-                                                     "config": self.config_dict}) + "\n")
+            if distributed.is_main():  # what it evaluates, before any trial
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "FROM").write_text(json.dumps({"id": done_id(self.workdir / label),
+                                                         "config": self.config_dict}) + "\n")
             policy = build.policy(self.config)  # base: the untrained policy, no DONE, id None
             self.evaluate(label, policy if label == "base" else
                           build.restored_actor(policy, ckpt), split=split)
@@ -529,23 +568,28 @@ def run(config, workdir: Path) -> int:
         raise UsageError(f"config.phases names unknown phases {unknown}; known: {PHASES}")
     if "ppo" in wanted:  # before hours of SFT and Warm-Up, not when PPO starts
         build.check_off_policy(config, config.rollouts.carry_over)
+    build.check_processes(config)
     recipe = Recipe(config, workdir)
-    if config.reuse:
+    if config.reuse and distributed.is_main():
         workdir.mkdir(parents=True, exist_ok=True)
         linked = link_reused(Path(config.reuse), workdir, warmup=config.warmup.steps > 0,
                              config=json.loads(config.to_json_best_effort()))
         logging.info("reusing %s from %s", ", ".join(linked) or "nothing", config.reuse)
+    distributed.rendezvous("recipe/start")
     recipe.check_lineage(wanted)
     with job_progress() as bars:
         recipe.bars = bars
         for phase in [p for p in PHASES if p in wanted and p != "report"]:
             finished = recipe.finished(phase)  # a finished phase returns at once: not timed
             t0 = time.monotonic()
-            getattr(recipe, "final_evals" if phase == "eval" else phase)()
+            if phase not in MAIN_ONLY or distributed.is_main():
+                getattr(recipe, "final_evals" if phase == "eval" else phase)()
+            # the same rendezvous on every process whether the phase ran or was finished
+            distributed.rendezvous(f"recipe/{phase}")
             if not finished:
                 _log_time(workdir, phase, time.monotonic() - t0)
         recipe.bars = None
-    if "report" in wanted:
+    if "report" in wanted and distributed.is_main():
         out = write_report(workdir)
         print((out / "summary.md").read_text())
     return 0

@@ -20,19 +20,7 @@ SOURCES = ("live", "recorded")
 
 def _check(config) -> None:
     check_choices(config, {"stage": STAGES, "schedule": SCHEDULES, "rollouts.source": SOURCES})
-    from t1jax import distributed
-    if distributed.process_count() > 1:
-        if config.stage == "sft" and not config.sft.data_dir:
-            raise UsageError("a multi-process SFT trains on samples every process reads "
-                             "(--config.sft.data_dir); building them from oracle solutions "
-                             "runs as one process (configs/oracle.py, issue #43)")
-        live = config.stage != "sft" and config.rollouts.source == "live"
-        if live and (config.rollouts.engine != "embedded" or config.rollouts.oversample != 1):
-            # admission by finishing order would differ between processes, and a fleet
-            # publish would export arrays that span other hosts
-            raise UsageError("live rollouts across processes run on the embedded engine with "
-                             "--config.rollouts.oversample=1 (each process plays its share; "
-                             "oversampling and the fleet: issue #43)")
+    build.check_processes(config, live=config.stage != "sft" and config.rollouts.source == "live")
     if config.rollouts.source == "recorded" and not config.rollouts.recorded_dir \
             and config.stage != "sft":
         raise UsageError("config.rollouts.source='recorded' needs config.rollouts.recorded_dir")
@@ -52,8 +40,10 @@ def _sft_source(config, trainer, workdir: Path):
         if not (data_dir.is_dir() and any(data_dir.glob("*.npz"))):
             raise UsageError(f"config.sft.data_dir={data_dir} holds no .npz samples")
         return DatasetBatches(load_samples(data_dir), config.sft.batch_size, config.seed)
+    from t1jax import distributed
     data_dir = workdir / "sft_data"
-    if not dataset_complete(data_dir):  # never the part of a set a killed run left
+    # never the part of a set a killed run left; process 0 builds it, every process reads it
+    if distributed.is_main() and not dataset_complete(data_dir):
         stack = _task_stack(config)
         samples, skipped = oracle_samples(
             stack.tasks, stack.backend, stack.tokenizer, stack.scale,
@@ -63,6 +53,7 @@ def _sft_source(config, trainer, workdir: Path):
         for task_id, why in skipped:
             logging.warning("SFT data: skipped %s: %s", task_id, why)
         save_dataset(samples, data_dir, skipped=len(skipped))
+    distributed.rendezvous("train/sft_data")
     return DatasetBatches(load_samples(data_dir), config.sft.batch_size, config.seed)
 
 
