@@ -148,10 +148,6 @@ class _Reader:
         return self._open[file].get_tensor(key)
 
 
-def _to_numpy(x) -> np.ndarray:
-    return np.asarray(x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x)
-
-
 def load_hf(model: nnx.Module, path, head: str = "lm") -> nnx.Module:
     """Fill `model` (already created, possibly sharded, e.g. via sharding.create_sharded or
     nnx.eval_shape) with the checkpoint in `path`; each parameter keeps its sharding."""
@@ -214,61 +210,79 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
     """Write the policy as HF safetensors + config.json (sharded with an index past
     `max_shard_bytes`), loadable by transformers and SGLang's /update_weights_from_disk.
 
+    dtype: what the tensors are stored as (default: the parameters' own, so a bf16 policy is
+    published as bf16, half the bytes of a float32 copy). Streamed: each tensor is fetched one
+    layer at a time and the files are written shard by shard, so a host never holds more than
+    one shard and one tensor, not the model. In a multi-process job every process calls it
+    (each tensor is gathered from the devices that hold it): process p writes shards p, p + N,
+    ... and process 0 the index and config.json; all return once the folder is complete.
+
     hub_layout (Qwen3.5 only; default: on for Qwen3.5): write what the Hub's checkpoints hold,
     the text model under `model.language_model.` and a `qwen3_5_moe` config.json wrapping it as
     `text_config` (Qwen3_5MoeForConditionalGeneration), because that is the architecture SGLang
     serves Qwen3.5 as; off: transformers' Qwen3_5MoeForCausalLM layout."""
     from safetensors.numpy import save_file
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    cfg = model.model.cfg
-    _, state = nnx.split(model)
-    flat = dict(nnx.to_flat_state(state))
-    stacks = {}  # scan_layers' stacked blocks, fetched once for all their layers
 
-    def get(key):
-        stored, r = stored_at(cfg, key)
-        if r is None:
-            return _to_numpy(jax.device_get(flat[stored].get_value()))
-        if stored not in stacks:
-            stacks[stored] = _to_numpy(jax.device_get(flat[stored].get_value()))
-        return stacks[stored][r]
-    tensors = _fused(cfg, get)
-    for key, (hf_keys, convert) in param_map(cfg, "lm").items():
-        if hf_keys[0] in tensors:
-            continue
-        for hf_key, value in zip(hf_keys, _from_ours(get(key), hf_keys, cfg)):
-            tensors[hf_key] = value
-    if dtype:
-        tensors = {k: v.astype(jnp.dtype(dtype)) for k, v in tensors.items()}
+    from t1jax import distributed
+    path = Path(path)
+    cfg = model.model.cfg
     hub_layout = cfg.hybrid if hub_layout is None else hub_layout
     if hub_layout and not cfg.hybrid:
         raise ValueError("hub_layout is Qwen3.5's multimodal checkpoint layout; "
                          f"{cfg.model_type} checkpoints have no wrapper")
-    if hub_layout:
-        tensors = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k):
-                   v for k, v in tensors.items()}
-    shards, current, size = [], {}, 0
-    for key in sorted(tensors):
-        if current and size + tensors[key].nbytes > max_shard_bytes:
-            shards.append(current)
+    processes, me = distributed.process_count(), distributed.process_index()
+    if me == 0:
+        path.mkdir(parents=True, exist_ok=True)
+    distributed.rendezvous("export_hf/start")
+    _, state = nnx.split(model)
+    flat = dict(nnx.to_flat_state(state))
+
+    def get(key) -> np.ndarray:  # one layer of a scan_layers block, not the block
+        stored, r = stored_at(cfg, key)
+        value = flat[stored].get_value()
+        return np.asarray(distributed.host_copy(value if r is None else value[r]))
+
+    def part(n: int) -> str:  # renamed once the number of shards is known
+        return f"part-{n:05d}.safetensors.tmp"
+
+    shards, current, size, stored_dtype = [[]], {}, 0, None
+    for key, value in _hf_tensors(cfg, get):
+        value = np.ascontiguousarray(value if dtype is None else value.astype(jnp.dtype(dtype)))
+        stored_dtype = stored_dtype or str(value.dtype)
+        if hub_layout and key.startswith("model."):
+            key = "model.language_model." + key[len("model."):]
+        if shards[-1] and size + value.nbytes > max_shard_bytes:
+            if (len(shards) - 1) % processes == me:
+                save_file(current, str(path / part(len(shards) - 1)), metadata={"format": "pt"})
+            shards.append([])
             current, size = {}, 0
-        current[key] = np.ascontiguousarray(tensors[key])
-        size += tensors[key].nbytes
-    shards.append(current)
-    if len(shards) == 1:
-        save_file(shards[0], str(path / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        weight_map = {}
-        for n, shard in enumerate(shards, 1):
-            name = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(path / name), metadata={"format": "pt"})
-            weight_map.update({k: name for k in shard})
-        total = sum(v.nbytes for v in tensors.values())
-        (path / "model.safetensors.index.json").write_text(json.dumps(
-            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        shards[-1].append((key, value.nbytes))
+        size += value.nbytes
+        if (len(shards) - 1) % processes == me:  # the others only count its bytes
+            current[key] = value
+    if (len(shards) - 1) % processes == me:
+        save_file(current, str(path / part(len(shards) - 1)), metadata={"format": "pt"})
+    del current
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{n:05d}-of-{len(shards):05d}.safetensors" for n in range(1, len(shards) + 1)])
+    for n, name in enumerate(names):
+        if n % processes == me:
+            (path / part(n)).replace(path / name)
+    distributed.rendezvous("export_hf/written")
+    if me == 0:
+        if len(shards) > 1:
+            weight_map = {key: name for name, shard in zip(names, shards) for key, _ in shard}
+            total = sum(nbytes for shard in shards for _, nbytes in shard)
+            (path / "model.safetensors.index.json").write_text(json.dumps(
+                {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        (path / "config.json").write_text(json.dumps(_hf_config(cfg, stored_dtype, hub_layout),
+                                                     indent=2))
+    distributed.rendezvous("export_hf/done")
+    return path
+
+
+def _hf_config(cfg: ModelConfig, stored: str, hub_layout: bool) -> dict:
     hf_config = cfg.to_hf_dict()
-    stored = dtype or str(np.dtype(next(iter(tensors.values())).dtype))
     hf_config["dtype"] = hf_config["torch_dtype"] = stored  # transformers 5 reads `dtype` first
     if hub_layout:
         text = {k: v for k, v in hf_config.items() if k != "architectures"}
@@ -276,27 +290,41 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
                      "model_type": "qwen3_5_moe", "text_config": text,
                      "tie_word_embeddings": cfg.tie_word_embeddings,
                      "dtype": stored, "torch_dtype": stored}
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2))
-    return path
+    return hf_config
 
 
-def _fused(cfg: ModelConfig, get) -> dict[str, np.ndarray]:
-    """Qwen3.5's fused HF tensors, each built from several of our parameters."""
-    out = {}
-    for i in range(cfg.num_hidden_layers if cfg.hybrid else 0):
-        p, ours = f"model.layers.{i}.", ("model", "layers", i, "attn")
-        if cfg.is_linear_layer(i):
-            qkv = [get(ours + (n,)) for n in ("q", "k", "v")]
-            out[p + "linear_attn.in_proj_qkv.weight"] = np.concatenate(
-                [w.reshape(w.shape[0], -1).T for w in qkv])
-            conv = [get(ours + (f"conv_{n}",)) for n in ("q", "k", "v")]
-            out[p + "linear_attn.conv1d.weight"] = np.concatenate(
-                [w.reshape(w.shape[0], -1).T for w in conv])[:, None, :]
-        else:
-            q, gate = get(ours + ("q",)), get(ours + ("gate",))  # [d, heads, head_dim]
-            both = np.stack([q, gate], axis=2)  # [d, heads, 2, head_dim]
-            out[p + "self_attn.q_proj.weight"] = both.reshape(both.shape[0], -1).T
-    return out
+def _hf_tensors(cfg: ModelConfig, get):
+    """(HF key, tensor) of every tensor of the checkpoint, layer by layer, each computed when
+    it is reached (`get(our key)` -> that parameter, one layer of it)."""
+    seen = set()
+    for key, (hf_keys, _) in param_map(cfg, "lm").items():
+        if hf_keys[0] in seen:  # a fused tensor, made from several of our parameters
+            continue
+        fused = _fused(cfg, hf_keys[0], get)
+        if fused is not None:
+            seen.add(hf_keys[0])
+            yield hf_keys[0], fused
+            continue
+        yield from zip(hf_keys, _from_ours(get(key), hf_keys, cfg))
+
+
+def _fused(cfg: ModelConfig, name: str, get) -> np.ndarray | None:
+    """Qwen3.5's fused HF tensor `name`, built from several of our parameters; None for a
+    tensor that is not fused."""
+    if not cfg.hybrid or not name.startswith("model.layers."):
+        return None
+    i = int(name.split(".")[2])
+    ours = ("model", "layers", i, "attn")
+    if name.endswith(("linear_attn.in_proj_qkv.weight", "linear_attn.conv1d.weight")):
+        conv = name.endswith("conv1d.weight")
+        parts = [get(ours + ((f"conv_{n}",) if conv else (n,))) for n in ("q", "k", "v")]
+        joined = np.concatenate([w.reshape(w.shape[0], -1).T for w in parts])
+        return joined[:, None, :] if conv else joined
+    if name.endswith("self_attn.q_proj.weight"):
+        q, gate = get(ours + ("q",)), get(ours + ("gate",))  # [d, heads, head_dim]
+        both = np.stack([q, gate], axis=2)  # [d, heads, 2, head_dim]
+        return both.reshape(both.shape[0], -1).T
+    return None
 
 
 def _from_ours(ours: np.ndarray, hf_keys: list[str], cfg: ModelConfig) -> list[np.ndarray]:

@@ -320,3 +320,20 @@ def test_scanned_model_loads_and_exports_like_the_unrolled_one(tmp_path):
     assert a.keys() == b.keys() and "model.layers.3.mlp.experts.7.down_proj.weight" in a
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_a_bfloat16_policy_is_exported_as_bfloat16(ckpt, tmp_path):
+    """With no dtype the export keeps the parameters' own (a bf16 policy published to a fleet
+    is half the bytes of a float32 copy), and equals the explicit bf16 export."""
+    model = load_hf(abstract(ckpt["cfg"]), ckpt["single"])
+    _, params = nnx.split(model, nnx.Param)
+    nnx.update(model, jax.tree.map(lambda x: x.astype(jnp.bfloat16), params))
+    native = export_hf(model, tmp_path / "native")
+    explicit = export_hf(ckpt["model"], tmp_path / "explicit", dtype="bfloat16")
+    a, b = (safetensors_numpy.load_file(str(p / "model.safetensors")) for p in (native, explicit))
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].dtype == jnp.bfloat16, key
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    config = json.loads((native / "config.json").read_text())
+    assert config["dtype"] == config["torch_dtype"] == "bfloat16"

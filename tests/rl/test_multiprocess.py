@@ -198,3 +198,55 @@ def test_what_does_not_run_across_processes_is_refused(tmp_path, capsys):
                           str(tmp_path / "eval")])
     out = capsys.readouterr().out
     assert code != 0 and "mode 'eval' runs as one process" in out, out[-2000:]
+
+
+EXPORT = """import sys
+sys.path.insert(0, {root!r})
+from t1jax import distributed
+distributed.initialize()
+from configs import ppo
+from t1jax.jobs import build
+from t1jax.model.hf_io import export_hf
+config = ppo.get_config()
+config.model.param_dtype = "bfloat16"
+config.mesh.fsdp, config.mesh.expert = 2, 2
+export_hf(build.policy(config, build.mesh_from(config)), sys.argv[1],
+          max_shard_bytes=int(sys.argv[2]))
+"""
+
+
+def test_hf_export_from_two_processes_equals_one(tmp_path):
+    """A bf16 policy sharded fsdp=2 x expert=2 over 2 processes x 2 devices, exported in
+    shards of 300 kB: every process gathers each tensor, writes every other shard and none
+    holds the model; the folder equals 1 process's export of the same model bit for bit, keeps
+    bfloat16, and loads in transformers."""
+    import safetensors.numpy
+    import torch
+    import transformers
+    script = tmp_path / "export.py"
+    script.write_text(EXPORT.format(root=str(ROOT)))
+    one, two = tmp_path / "one", tmp_path / "two"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COORDINATOR")}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    proc = subprocess.run([sys.executable, str(script), str(one), "300000"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _launcher().launch([str(two), "300000"], 2, 2, script=str(script)) == 0
+    files = sorted(p.name for p in one.iterdir())
+    assert files == sorted(p.name for p in two.iterdir())
+    shards = [name for name in files if name.endswith(".safetensors")]
+    assert len(shards) > 2, files  # both processes wrote some
+    for name in ("config.json", "model.safetensors.index.json"):
+        assert (one / name).read_text() == (two / name).read_text(), name
+    for name in shards:
+        a, b = (safetensors.numpy.load_file(str(d / name)) for d in (one, two))
+        assert a.keys() == b.keys(), name
+        for key in a:
+            assert a[key].dtype == b[key].dtype and str(a[key].dtype) == "bfloat16", key
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    hf, info = transformers.AutoModelForCausalLM.from_pretrained(two, output_loading_info=True)
+    assert hf.dtype == torch.bfloat16
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    index = json.loads((two / "model.safetensors.index.json").read_text())["weight_map"]
+    assert len(index) == sum(1 for name in shards
+                             for _ in safetensors.numpy.load_file(str(two / name)))
