@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -214,18 +215,41 @@ def local_model(model):
     return nnx.merge(graphdef, local_params(params))
 
 
+def publish_weights(client, model, weights_dir: Path, version) -> Path:
+    """The policy as HF safetensors on a disk the fleet shares, loaded by every live server.
+    Every process of a multi-process job calls it: each writes its shards (export_hf), process
+    0 has the servers load them, and every process learns which servers confirmed (each plays
+    its own trials through its own client: none may send them to a server left on older
+    weights) or the error, raised on all. Returns the checkpoint folder."""
+    from t1jax import distributed
+    from t1jax.model.hf_io import export_hf
+    from t1jax.rollout.sglang import RolloutError
+    version = str(version)
+    path = export_hf(model, weights_dir / f"weights_{version}").resolve()
+    outcome = None
+    if distributed.is_main():
+        try:
+            client.load_weights(path, version)
+            outcome = ("ok", sorted(client.live))
+        except RolloutError as err:
+            outcome = ("error", str(err))
+    kind, detail = distributed.allgather_objects(outcome)[0]
+    if kind == "error":
+        raise RolloutError(detail)
+    client.confirmed(path, version, detail)
+    return path
+
+
 def check_processes(config, *, live: bool = True) -> None:
     """What a multi-process job cannot do yet, refused before anything runs (nothing in a
     single process). live: whether the job plays rollouts live."""
     from t1jax import distributed
     r = config.rollouts
-    if distributed.process_count() > 1 and live and (r.engine != "embedded"
-                                                     or r.oversample != 1):
-        # admission by finishing order would differ between processes, and a fleet publish
-        # would export arrays that span other hosts
-        raise UsageError("live rollouts across processes run on the embedded engine with "
-                         "--config.rollouts.oversample=1 (each process plays its share; "
-                         "oversampling and the fleet: issue #43)")
+    if distributed.process_count() > 1 and live and r.oversample != 1:
+        # admission by finishing order would differ between processes
+        raise UsageError("live rollouts across processes run with --config.rollouts."
+                         "oversample=1 (each process plays its share of the step; "
+                         "oversampled admission across processes: issue #43)")
 
 
 # -- live rollouts -------------------------------------------------------------------------------
@@ -281,9 +305,6 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
     elif r.engine == "embedded":
         engine = embedded_engine(trainer.actor_model(), max_batch=r.engine_batch,
                                  max_len=config.rl.max_length)
-    elif processes[1] > 1:
-        raise UsageError("config.rollouts.engine='fleet' in a multi-process job: publishing "
-                         "weights from several hosts is not implemented (issue #43)")
     elif r.engine == "fleet":
         if not r.fleet_urls:
             raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
@@ -291,8 +312,13 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
                              config.rl.max_length)
         weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
 
-        def publish_to_fleet(trainer, version):  # HF safetensors on a shared disk
-            engine.client.publish_weights(trainer.actor_model(), weights_dir, version)
+        previous = []  # what this job published last: once replaced, no server reads it
+
+        def publish_to_fleet(trainer, version):
+            path = publish_weights(engine.client, trainer.actor_model(), weights_dir, version)
+            if previous and previous[-1] != path and distributed.is_main():
+                shutil.rmtree(previous.pop(), ignore_errors=True)
+            previous[:] = [path]
         publish = publish_to_fleet
     else:
         raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")

@@ -309,12 +309,18 @@ class FleetClient:
         return info
 
     def publish_weights(self, model, shared_dir, version: str) -> Path:
-        """export_hf(model) to <shared_dir>/weights_<version>, load it on every live server,
-        and confirm each reports `version`; raises RolloutError naming the servers that did
-        not (dead ones are skipped: `health_check` first). Returns the checkpoint dir."""
+        """export_hf(model) to <shared_dir>/weights_<version>, then load_weights. Returns the
+        checkpoint dir."""
         from t1jax.model.hf_io import export_hf
         version = str(version)
-        path = export_hf(model, Path(shared_dir) / f"weights_{version}").resolve()
+        return self.load_weights(export_hf(model, Path(shared_dir) / f"weights_{version}"),
+                                 version)
+
+    def load_weights(self, path, version: str) -> Path:
+        """Load the HF checkpoint `path` (on a disk the servers share) on every live server and
+        confirm each reports `version`; raises RolloutError naming the servers that did not
+        (dead ones are skipped: `health_check` first; those that failed are marked dead)."""
+        path, version = Path(path).resolve(), str(version)
         live = self.health_check()
         if not live:
             raise RolloutError("publish_weights: no live server")
@@ -325,6 +331,13 @@ class FleetClient:
         if failed:
             raise RolloutError(f"publish_weights({version}) not confirmed by: " + "; ".join(failed))
         return path
+
+    def confirmed(self, path, version: str, urls) -> None:
+        """What a load_weights elsewhere (another process's client) did: `urls` serve `path` as
+        `version`; the other servers are out until a health_check brings them to it."""
+        with self._lock:
+            self.published = (Path(path).resolve(), str(version))
+            self.live = set(urls) & set(self.urls)
 
     def _push(self, url: str, path: Path, version: str) -> str | None:
         """Load the checkpoint on one server and confirm its version; None, or what failed."""

@@ -5,7 +5,9 @@ devices ends (to float tolerance: the two compile different programs, collective
 processes instead of within one); metrics are written once; a process SIGKILLed mid-PPO ends
 the job on the other at once, and a restart of both resumes and ends where the uninterrupted
 run ends. The main job (the recipe, live rollouts split between the processes) as 2 processes
-equals it as 1. What is not split yet (oversampling, the fleet, eval) is refused (issue #43)."""
+equals it as 1; a sharded HF export from 2 processes equals 1 process's; live PPO through a
+server fleet runs from 2 processes. What is not split yet (oversampling, eval) is refused
+(issue #43)."""
 
 import importlib.util
 import json
@@ -250,3 +252,56 @@ def test_hf_export_from_two_processes_equals_one(tmp_path):
     index = json.loads((two / "model.safetensors.index.json").read_text())["weight_map"]
     assert len(index) == sum(1 for name in shards
                              for _ in safetensors.numpy.load_file(str(two / name)))
+
+
+def test_live_rollouts_through_a_fleet_from_two_processes(docker_backend, tmp_path):
+    """The train job's live PPO as 2 processes x 1 device against one t1jax server speaking
+    SGLang's /generate: each process plays every other trial through its own client; after
+    each step every process writes its shards of the new weights, process 0 has the server
+    load them, and both then sample from it (each step's trials carry that step's version);
+    the folder a newer publish replaced is removed."""
+    sys.path.insert(0, str(ROOT / "tests" / "rollout"))
+    import jax
+    from test_rollout_server import free_port, start_server, wait_healthy
+
+    from t1jax.model.config import model_config_from
+    from t1jax.model.hf_io import export_hf
+    from t1jax.rl.trainer import Trainer
+    from t1jax.rollout.sample import load_samples
+    from t1jax.rollout.sglang import FleetClient, RouteLayout
+    from t1jax.sharding import make_mesh
+    from configs import ppo
+    config = ppo.get_config()
+    config.model.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                             moe_intermediate_size=32, num_attention_heads=4, num_experts=8))
+    initial = export_hf(Trainer(model_config_from(config.model), config.rl,
+                                make_mesh(devices=jax.devices()[:1]), seed=0).actor_model(),
+                        tmp_path / "initial")  # what the job's seed starts from
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(initial, port, max_len=2048)
+    try:
+        wait_healthy(url, server, timeout_s=120)
+        workdir = tmp_path / "fleet_2proc"
+        args = ["--config", str(ROOT / "configs" / "ppo.py"), "--workdir", str(workdir),
+                *SMALL[:-2], "--config.rl.max_length=2048", "--config.rl.min_length=2048",
+                "--config.rollouts.task_filter=count-log-errors,organize-files",
+                "--config.rollouts.batch_size=2", "--config.rollouts.max_turns=2",
+                "--config.rollouts.max_new_tokens=24", "--config.steps=2",
+                "--config.rollouts.oversample=1.0", "--config.mesh.data=2",
+                "--config.rollouts.engine=fleet", f"--config.rollouts.fleet_urls={url}"]
+        assert _launcher().launch(args, 2, 1) == 0
+        client = FleetClient([url], RouteLayout.of(model_config_from(config.model)))
+        assert client.model_info(url)["weight_version"] == "2"
+    finally:
+        server.kill()
+        server.wait()
+    for step in range(2):
+        samples = load_samples(workdir / "rollouts" / f"step_{step:05d}")
+        assert [s.metadata["process"] for s in samples] == [0, 1]
+        assert {v for s in samples for v in s.metadata["weight_versions"]} == {str(step)}
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    # trained on what the server sampled: its published weights are the trainer's
+    assert all(r["mismatch/logprob_gap"] < 1e-3 for r in rows), rows
+    assert sorted(p.name for p in (workdir / "published").iterdir()) == ["weights_2"]
