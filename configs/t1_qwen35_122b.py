@@ -3,9 +3,10 @@ full-size critic, one step off-policy against an SGLang fleet, hundreds of turns
 
 Launch (each stage resumable from its workdir; BUILD.md "Real scale" covers installs and the
 fleet). T1's trainer is 8 nodes x 8 H200, one JAX job of 8 or 64 processes (BUILD.md
-"Accelerators"): stages 2 and 3 oversample (rollouts.oversample=1.5), which does not run across
-processes yet (issue #43): as several processes they need --config.rollouts.oversample=1. The
-fleet is 16 more nodes, one SGLang server (TP 8) each:
+"Accelerators"): stages 2 and 3 oversample (rollouts.oversample=1.5) and run one step
+off-policy, neither of which runs across processes yet (issue #43): as several processes they
+need --config.rollouts.oversample=1 --config.schedule=sync. The fleet is 16 more nodes, one
+SGLang server (TP 8) each:
 
   # 0. the fleet, on each of its 16 nodes
   python -m sglang.launch_server --model-path /shared/Qwen3.5-122B-A10B \

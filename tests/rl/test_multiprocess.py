@@ -189,13 +189,20 @@ def assert_same_main_job(one: Path, two: Path, docker_backend) -> None:
 
 
 def test_what_does_not_run_across_processes_is_refused(tmp_path, capsys):
-    """Admission by finishing order (oversampling) would differ between processes, and the
-    evaluation, oracle and pool jobs are not split: refused, naming what runs instead."""
+    """Admission by finishing order (oversampling) would differ between processes, the next
+    step's rollouts (one step off) would exchange samples from a thread beside the trainer's
+    collectives, and the evaluation, oracle and pool jobs are not split: refused, naming what
+    runs instead."""
     code = two_processes(["--config", str(ROOT / "configs" / "tiny_cpu.py"), "--workdir",
                           str(tmp_path / "recipe"), "--config.rollouts.oversample=1.5"])
     out = capsys.readouterr().out
     assert code != 0 and "oversample=1" in out and "issue #43" in out, out[-2000:]
     assert not (tmp_path / "recipe" / "pool").exists()
+    code = two_processes(["--config", str(ROOT / "configs" / "ppo.py"), "--workdir",
+                          str(tmp_path / "off"), "--config.rollouts.oversample=1",
+                          "--config.schedule=one_step_off"])
+    out = capsys.readouterr().out
+    assert code != 0 and "--config.schedule=sync" in out, out[-2000:]
     code = two_processes(["--config", str(ROOT / "configs" / "eval.py"), "--workdir",
                           str(tmp_path / "eval")])
     out = capsys.readouterr().out
