@@ -522,20 +522,20 @@ class Recipe:
         engine = embedded_engine(policy, max_batch=c.rollouts.engine_batch,
                                  max_len=c.rl.max_length)
         summary = evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
-                        attempts=c.eval.attempts, harness="tools", limits=s.limits,
-                        scale=s.scale, out_dir=out,
-                        sampling=SamplingParams(temperature=c.eval.temperature,
-                                                max_new_tokens=c.rollouts.max_new_tokens),
-                        concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
-                        max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
-                        images=self.images, seed=self.eval_seed(),
-                        context=context.from_config(
-                            c.rollouts, policy.model.cfg.max_position_embeddings,
-                            c.rl.max_length),
-                        progress=killing_progress(
-                            count_bar(self.bars, f"eval {name}: trials",
-                                      len(tasks) * c.eval.attempts, ("trial",)),
-                            f"eval_{name}", "trial", kind="trial"))
+                           attempts=c.eval.attempts, harness="tools", limits=s.limits,
+                           scale=s.scale, out_dir=out,
+                           sampling=SamplingParams(temperature=c.eval.temperature,
+                                                   max_new_tokens=c.rollouts.max_new_tokens),
+                           concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
+                           max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
+                           images=self.images, seed=self.eval_seed(),
+                           context=context.from_config(
+                               c.rollouts, policy.model.cfg.max_position_embeddings,
+                               c.rl.max_length),
+                           progress=killing_progress(
+                               count_bar(self.bars, f"eval {name}: trials",
+                                         len(tasks) * c.eval.attempts, ("trial",)),
+                               f"eval_{name}", "trial", kind="trial"))
         distributed.rendezvous("recipe/evaluate")
         return _played(summary, out)
 
