@@ -56,8 +56,9 @@ class _ServerError(Exception):
 
 def _sampling_dict(p: SamplingParams) -> dict:
     """SGLang's sampling_params. Never ignore_eos: in SGLang it also disables stop_token_ids
-    (schedule_batch.py, Req._check_token_based_finish returns at once)."""
-    d = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
+    (schedule_batch.py, Req._check_token_based_finish returns at once). top_k <= 0 (no
+    truncation, ours) is sent as -1: SGLang's sampling_params.verify refuses 0 with a 400."""
+    d = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k if p.top_k > 0 else -1,
          "max_new_tokens": p.max_new_tokens, "stop_token_ids": list(p.stop_token_ids)}
     if p.seed is not None:
         d["sampling_seed"] = p.seed

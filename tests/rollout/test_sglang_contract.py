@@ -78,6 +78,14 @@ def test_fleet_requests_decode_under_sglangs_contract():
     assert "temprature" in results[-1]["error"]  # the reference does refuse a wrong key
 
 
+def test_no_truncation_is_sent_as_sglangs_minus_one():
+    """Our top_k <= 0 means no truncation; SGLang's verify() accepts only -1 or >= 1 (a 0 is
+    an HTTP 400 there, while our own server took it)."""
+    for top_k, sent in ((0, -1), (-1, -1), (-5, -1), (1, 1), (20, 20)):
+        body = generate_body([1], SamplingParams(top_k=top_k))
+        assert body["sampling_params"]["top_k"] == sent, top_k
+
+
 def test_server_replies_decode_under_sglangs_contract():
     routes = np.arange(6 * 4 * 2, dtype=np.int32).reshape(6, 4, 2) % 16
     stop = GenerateResult([8, 9, 2], [-0.5, -1.25, -0.125], routes, FINISH_STOP, "3")
