@@ -48,10 +48,13 @@ def _relay(proc: subprocess.Popen, prefix: str) -> None:
 
 
 def launch(run_args: list[str], processes: int, devices: int, *, script=None,
-           poll_s: float = 0.2, env_of: dict | None = None) -> int:
+           poll_s: float = 0.2, env_of: dict | None = None,
+           timeout_s: float | None = None) -> int:
     """Starts the processes, relays their output, and returns 0 when all exit 0, else the
     first failure's exit code (the others killed). env_of: {process: {name: value}} set for
-    that process only (the chaos tests preempt one host with T1JAX_KILL_AT)."""
+    that process only (the chaos tests preempt one host with T1JAX_KILL_AT). timeout_s: past
+    it, every process prints its threads' stacks (SIGUSR1: experiments/run.py registers
+    faulthandler for it), then all are killed and 124 is returned: a hung job says where."""
     script = script or str(ROOT / "experiments" / "run.py")
     port = free_port()
     procs = [subprocess.Popen([sys.executable, script, *run_args],
@@ -64,8 +67,18 @@ def launch(run_args: list[str], processes: int, devices: int, *, script=None,
               for i, p in enumerate(procs)]
     for t in relays:
         t.start()
+    start = time.monotonic()
     try:
         while True:
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                print(f"[launch] still running after {timeout_s:.0f} s: each process's stacks "
+                      "follow, then all are killed", file=sys.stderr, flush=True)
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGUSR1)
+                time.sleep(3)
+                _kill(procs)
+                return 124
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:

@@ -5,6 +5,7 @@ Each config names a `mode`; its job lives in t1jax/jobs/<mode>.py (see t1jax.job
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -32,6 +33,9 @@ def _interrupt_on_sigterm() -> None:
 
 def main(argv) -> None:
     _interrupt_on_sigterm()
+    # `kill -USR1 <pid>` prints every thread's stack (to stderr) and goes on: where a hung
+    # process waits (experiments/launch_local.py sends it to a job past its timeout)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from t1jax import distributed

@@ -132,7 +132,9 @@ def test_the_main_job_as_two_processes_equals_one(toy_run, docker_backend, tmp_p
     one, two = toy_run, tmp_path / "recipe_2proc"
     args = ["--config", str(ROOT / "configs" / "tiny_cpu.py"), "--workdir", str(two),
             *TOY_RECIPE, "--config.mesh.data=2"]
-    assert _launcher().launch(args, 2, 1) == 0
+    # under pytest-timeout's 600 s, so a hang prints where each process waits (seen once on
+    # CI, 2026-12-07: the job stopped after the base evaluation; cause not yet known)
+    assert _launcher().launch(args, 2, 1, timeout_s=480) == 0
     assert_same_main_job(one, two, docker_backend)
 
 
