@@ -7,8 +7,9 @@ parameter each, 4.7 TB; on v5p-128 (64 chips x 95 GB) that alone is 73 GB per ch
 gradients and a 32k-token row's activations. On 128 chips it is 37 GB.
 `.venv-tpu/bin/python experiments/aot_compile.py --config configs/qwen3_235b_a22b.py
 --topology v5p:4x4x8` compiles its steps for that topology (BUILD.md has the numbers).
-Launch as configs/qwen3_30b_a3b.py's docstring shows, with this file and the 235B checkpoint
-(`--config.init.hf_path=/shared/Qwen3-235B-A22B`, `--config.rollouts.tokenizer=...`).
+Launch as configs/qwen3_30b_a3b.py's docstring shows (the same recipe driver and phases), with
+this file and the 235B checkpoint (`--config.init.hf_path=/shared/Qwen3-235B-A22B`,
+`--config.rollouts.tokenizer=...`).
 """
 
 import ml_collections
@@ -28,4 +29,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.offload_layer_inputs = True
     config.model.moe_sharding = "gather_tokens"
     config.rollouts.tokenizer = "/shared/Qwen3-235B-A22B/tokenizer.json"
+    config.init.hf_path = "/shared/Qwen3-235B-A22B"
     return config

@@ -1,29 +1,20 @@
 """The T1 report's setting: Qwen3.5-122B-A10B, PPO with R3, TITO and the dense reward, a separate
 full-size critic, one step off-policy against an SGLang fleet, hundreds of turns per trial.
 
-Launch (each stage resumable from its workdir; BUILD.md "Real scale" covers installs and the
-fleet). T1's trainer is 8 nodes x 8 H200, one JAX job of 8 or 64 processes (BUILD.md
-"Accelerators"): stages 2 and 3 oversample (rollouts.oversample=1.5) and run one step
-off-policy, neither of which runs across processes yet (issue #43): as several processes they
-need --config.rollouts.oversample=1 --config.schedule=sync. The fleet is 16 more nodes, one
-SGLang server (TP 8) each:
+Launch: the main job's phases (configs/tiny_cpu.py, one driver) at this size; every phase
+resumes from the workdir (BUILD.md "Real scale" covers installs, the pool and the fleet). T1's
+trainer is 8 nodes x 8 H200, one JAX job of 8 or 64 processes (BUILD.md "Accelerators"): PPO
+runs one step off-policy, which does not run across processes yet (issue #43): as several
+processes add --config.schedule=sync (oversampled admission is decided over all processes).
+The fleet is 16 more nodes, one SGLang server (TP 8) each:
 
   # 0. the fleet, on each of its 16 nodes
   python -m sglang.launch_server --model-path /shared/Qwen3.5-122B-A10B \
       --enable-return-routed-experts --port 30000 --tp 8
-  # 1. SFT warm start (oracle / synthesized solutions as agent conversations)
-  python experiments/run.py --config configs/t1_qwen35_122b.py:sft --workdir /ckpt/sft \
-      --config.init.hf_path=/shared/Qwen3.5-122B-A10B --config.rollouts.pool_dir=/data/pool
-  # 2. Critic Warm-Up: the critic alone on the frozen SFT policy's rollouts
-  python experiments/run.py --config configs/t1_qwen35_122b.py:critic_warmup \
-      --workdir /ckpt/warmup --config.init.actor=/ckpt/sft/checkpoints \
-      --config.rollouts.fleet_urls=http://fleet01:30000,...,http://fleet16:30000 \
-      --config.rollouts.pool_dir=/data/pool
-  # 3. PPO, weights published to the fleet after every step
-  python experiments/run.py --config configs/t1_qwen35_122b.py --workdir /ckpt/ppo \
-      --config.init.actor=/ckpt/sft/checkpoints --config.init.critic=/ckpt/warmup/checkpoints \
-      --config.rollouts.fleet_urls=http://fleet01:30000,...,http://fleet16:30000 \
-      --config.rollouts.pool_dir=/data/pool
+  # 1. pool, oracle, SFT, Critic Warm-Up, PPO, evaluations (on the fleet), report
+  python experiments/run.py --config configs/t1_qwen35_122b.py --workdir /ckpt/t1 \
+      --config.pool.dir=/data/pool --config.init.hf_path=/shared/Qwen3.5-122B-A10B \
+      --config.rollouts.fleet_urls=http://fleet01:30000,...,http://fleet16:30000
 
 What the report fixes, and this file follows: the model; PPO with symmetric clipping, Adam and
 a constant learning rate; KL, entropy and load-balancing terms off; the critic trained first each
@@ -46,15 +37,13 @@ format, but the base model's zero-shot numbers under our tool harness are not Qw
 
 import ml_collections
 
-from configs.common import rl_config, sandbox_config
+from configs.common import rl_config
 from configs.model import qwen3_5_122b_a10b
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    from configs import ppo
-    config = ppo.get_config(arg)  # same fields as the tiny trainer: one job, other sizes
-    config.steps = {"sft": 2000, "critic_warmup": 40}.get(config.stage, 500)
-    config.schedule = "one_step_off"
+    from configs import qwen3_30b_a3b
+    config = qwen3_30b_a3b.get_config(arg)  # the recipe at real scale; this model, these sizes
 
     base = qwen3_5_122b_a10b.get_config("gpu")
     config.model = base.model
@@ -80,22 +69,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rl.overlong = "drop"  # counted in batch/dropped_overlong
 
     r = config.rollouts
-    r.engine = "fleet"  # --config.rollouts.fleet_urls=... (required)
-    r.weights_dir = "/shared/t1jax/published"  # a disk every SGLang host mounts
     r.tokenizer = "/shared/Qwen3.5-122B-A10B/tokenizer.json"
     r.batch_size = 128
     r.oversample = 1.5
     r.carry_over = True  # the long tail continues next step instead of being dropped
     r.max_turns = 320
     r.max_new_tokens = 2048
+    config.init.hf_path = "/shared/Qwen3.5-122B-A10B"
 
     config.sft.batch_size = 64
     config.sft.lr = 5e-6
+    config.ppo.steps = 500
 
-    config.checkpoint.every = 10
-    config.checkpoint.keep = 3
-
-    config.sandbox = sandbox_config()
     config.sandbox.concurrency = 192  # >= batch_size x oversample; DOCKER_HOST may be remote
-    config.sandbox.command_timeout_s = 600.0
     return config

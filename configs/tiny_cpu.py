@@ -34,6 +34,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model, config.mesh = base.model, base.mesh
 
     config.pool = ml_collections.ConfigDict()
+    # "": generate the task families below; a folder: an outside pool (the real-scale
+    # configs) holding train/, heldout/ (the test split) and optionally validation/, each a
+    # folder of task folders, linked into the workdir (needs rollouts.tokenizer)
+    config.pool.dir = ""
+    # an outside pool's train split is refused if it overlaps heldout/ or validation/
+    # (t1jax/tasks/decontam.py); False for held-out splits that are near by design
+    config.pool.decontaminate = True
     config.pool.families = ""  # "" = all (t1jax/tasks/families.py FAMILIES)
     config.pool.train_per_family = 50  # 300 distinct SFT samples: fewer never learned (docs/probes.md)
     # three disjoint splits: train; validation (settings are chosen on it; PPO's periodic
@@ -77,9 +84,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.carry_over = True
     config.rollouts.max_turns = 3
     config.rollouts.max_new_tokens = 48
+    # "": trained by the pool phase on the train split's text (model.vocab_size ids); a
+    # tokenizer.json (the model's own) is copied into the workdir and used instead
+    config.rollouts.tokenizer = ""
+    # qwen3_json | qwen3_xml; "": the checkpoint's (init.hf_path) or tokenizer folder's chat
+    # template says (t1jax/rollout/chat.py), else qwen3_json
+    config.rollouts.tool_format = ""
     config.rollouts.tito = True  # False: the text round-trip of configs/ablations.py:no_tito
     config.rollouts.sampling_seed = -1  # -1: from config.seed and the stage; >= 0: this, every stage
     context_config(config.rollouts)
+
+    config.init = ml_collections.ConfigDict()
+    # "": the base policy is config.model at config.seed's random init; a Hugging Face model
+    # folder (safetensors + config.json, which config.model must describe): its weights, which
+    # SFT starts from and the base evaluation measures
+    config.init.hf_path = ""
+
+    config.checkpoint = ml_collections.ConfigDict()
+    config.checkpoint.every = 1  # Warm-Up and PPO steps between checkpoints (SFT: its own)
+    config.checkpoint.keep = 3
 
     config.sft = ml_collections.ConfigDict()
     # copying the instruction's words forms abruptly, at a step that moves with float-level

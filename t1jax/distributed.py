@@ -99,6 +99,52 @@ def rendezvous(name: str) -> None:
         f"t1jax/{name}/{next(_RENDEZVOUS)}", RENDEZVOUS_TIMEOUT_S * 1000)
 
 
+def _client():
+    from jax._src import distributed as jax_distributed
+    return jax_distributed.global_state.client
+
+
+def increment(key: str) -> int:
+    """Add one to a counter every process shares (the coordination service's, created at 0)
+    and return the new value: each caller, on any process, gets a different one. Why: a
+    decision that depends on timing (which trials finish first) must be taken once for the
+    whole job, not once per process."""
+    return int(_client().key_value_increment(f"t1jax/{key}", 1))
+
+
+def raise_flag(key: str) -> None:
+    """Set a flag every process can see (see flag_raised)."""
+    _client().key_value_set(f"t1jax/{key}", "1", allow_overwrite=True)
+
+
+def flag_raised(key: str) -> bool:
+    """Whether any process has raised the flag; never waits."""
+    try:
+        return _client().key_value_try_get(f"t1jax/{key}") == "1"
+    except Exception:  # noqa: BLE001 - NOT_FOUND: not raised yet
+        return False
+
+
+def exchange_objects(key: str, obj) -> list:
+    """[process 0's obj, process 1's, ...] on every process, through the coordination
+    service's key-value store rather than XLA collectives: safe from a thread while the
+    trainer's step runs its collectives (one step off-policy), with no 30 s arrival limit.
+    `key` must name this exchange the same way on every process and never be reused (e.g.
+    the rollout source and step). The last process to read removes every share, so the
+    coordinator does not keep a step's samples. Measured here: ~70 MB/s through the
+    coordinator, fine for trials of thousands of tokens (every process receives all of it)."""
+    if process_count() == 1:
+        return [obj]
+    client, me, n = _client(), process_index(), process_count()
+    client.key_value_set_bytes(f"t1jax/exchange/{key}/{me}", pickle.dumps(obj))
+    out = [obj if p == me else pickle.loads(client.blocking_key_value_get_bytes(
+        f"t1jax/exchange/{key}/{p}", RENDEZVOUS_TIMEOUT_S * 1000)) for p in range(n)]
+    if increment(f"exchange/{key}/read") == n:  # everyone holds every share
+        for p in range(n):
+            client.key_value_delete(f"t1jax/exchange/{key}/{p}")
+    return out
+
+
 def host_copy(tree):
     """Every array of `tree` whole, as numpy, on every process: a global array spans other
     hosts' devices, which jax.device_get cannot read (an allgather; every process calls it).

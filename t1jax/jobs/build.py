@@ -240,25 +240,6 @@ def publish_weights(client, model, weights_dir: Path, version) -> Path:
     return path
 
 
-def check_processes(config, *, live: bool = True) -> None:
-    """What a multi-process job cannot do yet, refused before anything runs (nothing in a
-    single process). live: whether the job plays rollouts live."""
-    from t1jax import distributed
-    r = config.rollouts
-    if distributed.process_count() == 1 or not live:
-        return
-    if r.oversample != 1:
-        # admission by finishing order would differ between processes
-        raise UsageError("live rollouts across processes run with --config.rollouts."
-                         "oversample=1 (each process plays its share of the step; "
-                         "oversampled admission across processes: issue #43)")
-    if config.get("schedule", "sync") != "sync":
-        # the next step's rollouts would exchange samples (collectives, rendezvous) from a
-        # thread while the trainer's step runs its own: processes could meet in other orders
-        raise UsageError("live rollouts across processes run with --config.schedule=sync "
-                         "(one step off-policy across processes: issue #43)")
-
-
 # -- live rollouts -------------------------------------------------------------------------------
 def tool_format(config) -> str:
     """How the policy writes tool calls: config.rollouts.tool_format, else its checkpoint's

@@ -1,6 +1,15 @@
-"""The whole T1 recipe in one job (configs/tiny_cpu.py): generated task families, tokenizer,
-oracle validation, SFT warm start, Critic Warm-Up, PPO with periodic evaluation, final
-evaluation of base / SFT / PPO on held-out tasks, and the report.
+"""The whole T1 recipe in one job, at every scale: a task pool, tokenizer, oracle validation,
+SFT warm start, Critic Warm-Up, PPO with periodic evaluation, final evaluation of base / SFT /
+PPO on held-out tasks, and the report.
+
+The laptop (configs/tiny_cpu.py) and the pod (configs/qwen3_30b_a3b.py, t1_qwen35_122b.py)
+run these same phases and differ only in numbers and in where things come from: the pool is
+generated task families or an outside folder (config.pool.dir: train/, heldout/, optional
+validation/), the tokenizer trained on the train split or the model's own
+(config.rollouts.tokenizer), the base policy a random init or a Hugging Face checkpoint
+(config.init.hf_path), and generation the embedded engine or an SGLang fleet
+(config.rollouts.engine): with a fleet, every evaluation plays on it too, each policy
+published to it first.
 
 Every phase writes into its own folder of the workdir and is skipped when its output is there,
 and the training stages resume from their checkpoints, so re-running the same command after
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -44,19 +54,22 @@ REUSABLE = ("pool", "tokenizer.json", "oracle", "sft", "warmup", "eval/base", "e
 # 16-step warm-up never stands in for a 4-step one, a pool of another seed or split never
 # stands in for this run's, an SFT evaluation with other sampling never pairs with this one's).
 _EVAL_KEYS = ("eval.attempts", "eval.temperature", "eval.sampling_seed", "agent",
-              "rollouts.max_turns", "rollouts.max_new_tokens", "rl.max_length", "verifier")
+              "rollouts.max_turns", "rollouts.max_new_tokens", "rollouts.tool_format",
+              "rl.max_length", "verifier")
 # Config entries added after runs were made: a source's config.json without one holds what
 # it then did, the default, so it still compares equal to a run that keeps the default.
-_ADDED_LATER = {"eval.sampling_seed": -1, "sft.data_seed": -1}
+_ADDED_LATER = {"eval.sampling_seed": -1, "sft.data_seed": -1, "pool.dir": "",
+                "pool.decontaminate": True,
+                "rollouts.tokenizer": "", "rollouts.tool_format": "", "init.hf_path": ""}
 REUSE_RULES = {
     "pool": (None, ("seed", "pool")),
-    "tokenizer.json": ("pool", ("model.vocab_size", "agent")),
+    "tokenizer.json": ("pool", ("model.vocab_size", "agent", "rollouts.tokenizer")),
     "oracle": ("pool", ("oracle", "verifier")),
-    "sft": ("tokenizer.json", ("sft", "model")),
+    "sft": ("tokenizer.json", ("sft", "model", "init.hf_path", "rollouts.tool_format")),
     "warmup": ("sft", ("warmup", "rl.gamma", "rl.lam", "rl.value_clip", "rl.critic_lr",
                        "rl.value_head_init", "rollouts.max_turns",
                        "rollouts.max_new_tokens", "rl.max_length", "verifier")),
-    "eval/base": ("tokenizer.json", ("model",) + _EVAL_KEYS),
+    "eval/base": ("tokenizer.json", ("model", "init.hf_path") + _EVAL_KEYS),
     "eval/sft": ("sft", _EVAL_KEYS),
     "eval/validation/sft": ("sft", _EVAL_KEYS),
 }
@@ -77,8 +90,8 @@ def _with_added_defaults(config: dict) -> dict:
     for dotted, default in _ADDED_LATER.items():
         *parents, leaf = dotted.split(".")
         block = config
-        for part in parents:
-            block = block.get(part) if isinstance(block, dict) else None
+        for part in parents:  # a block added later (init) is added with its default
+            block = block.setdefault(part, {}) if isinstance(block, dict) else None
         if isinstance(block, dict):
             block.setdefault(leaf, default)
     return config
@@ -207,6 +220,57 @@ def _played(summary: dict, out: Path) -> dict:
                        f"evaluate again). The first trial's error ends with: {error[-600:]}")
 
 
+def outside_pool(config) -> Path | None:
+    """config.pool.dir as a Path (None: the pool is generated task families)."""
+    folder = config.pool.get("dir", "")
+    return Path(folder).resolve() if folder else None
+
+
+def check_sources(config) -> None:
+    """Where the pool, tokenizer, base policy and generation come from, checked before any
+    phase runs: each mistake named by its config key, not found hours in."""
+    from t1jax.model.config import ModelConfig, model_config_from
+    pool, r = outside_pool(config), config.rollouts
+    if pool is not None:
+        missing = [name for name in ("train", "heldout") if not (pool / name).is_dir()]
+        if missing:
+            raise UsageError(f"config.pool.dir={pool} has no {' or '.join(missing)} folder (an "
+                             "outside pool holds train/, heldout/ (the test split) and "
+                             "optionally validation/, each a folder of task folders)")
+        if not r.get("tokenizer", ""):
+            raise UsageError(f"config.pool.dir={pool} needs config.rollouts.tokenizer (the "
+                             "model's tokenizer.json): a tokenizer is trained only for the "
+                             "generated task families")
+    if r.get("tokenizer", "") and not Path(r.tokenizer).is_file():
+        raise UsageError(f"config.rollouts.tokenizer={r.tokenizer} is not a file")
+    if pool is not None and config.sft.teacher_slips:
+        raise UsageError("config.sft.teacher_slips=True needs the generated task families "
+                         "(a slip is a family's own wrong command); an outside pool "
+                         f"(config.pool.dir={pool}) runs with --config.sft.teacher_slips=False")
+    hf_path = config.init.get("hf_path", "") if "init" in config else ""
+    if hf_path:
+        if not Path(hf_path, "config.json").is_file():
+            raise UsageError(f"config.init.hf_path={hf_path} has no config.json "
+                             "(a Hugging Face model directory)")
+        theirs, ours = ModelConfig.from_pretrained(hf_path), model_config_from(config.model)
+        def shape(cfg) -> dict:  # what the weights' shapes depend on
+            keys = ("model_type", "vocab_size", "hidden_size", "intermediate_size",
+                    "moe_intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "num_experts", "num_experts_per_tok")
+            return {**{k: getattr(cfg, k) for k in keys},
+                    "head_dim": cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads}
+        ours, theirs = shape(ours), shape(theirs)
+        differs = [f"{k}: config.model {ours[k]} vs {theirs[k]}" for k in ours
+                   if ours[k] != theirs[k]]
+        if differs:
+            raise UsageError(f"config.model does not describe config.init.hf_path={hf_path} ("
+                             + "; ".join(differs) + ")")
+    if r.engine not in ("embedded", "fleet"):
+        raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
+    if r.engine == "fleet" and not r.fleet_urls:
+        raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
+
+
 class Recipe:
     def __init__(self, config, workdir: Path):
         self.config, self.workdir = config, workdir
@@ -216,6 +280,7 @@ class Recipe:
         self._stack: build.TaskStack | None = None
         self._splits: dict = {}
         self.bars = None  # job_progress() bars while run() is active
+        self._live_engine = None  # the engine of the live rollouts being played
 
     # -- shared pieces -----------------------------------------------------------------------
 
@@ -226,6 +291,32 @@ class Recipe:
             tok = Tokenizer.from_file(str(self.workdir / "tokenizer.json"))
             self._stack = build.task_stack(self.config, self.split("train"), tok)
         return self._stack
+
+    def hf_path(self) -> str:
+        """config.init.hf_path: the base policy's Hugging Face checkpoint ("" = random init)."""
+        return self.config.init.get("hf_path", "") if "init" in self.config else ""
+
+    def system_prompt(self) -> str | None:
+        """config.agent.system_prompt; "" = the agent harness's own."""
+        return self.config.agent.system_prompt or None
+
+    def model(self):
+        """A CausalLM to evaluate, at config.seed's initialisation: whole on one device for
+        the embedded engine, which generates from it; over the training mesh for a fleet,
+        which is only sent its weights (export_hf gathers one tensor at a time)."""
+        if self.config.rollouts.engine != "fleet":
+            return build.policy(self.config)
+        import jax
+        return build.policy(self.config, build.mesh_from(self.config, jax.devices()))
+
+    def base_policy(self):
+        """The untrained policy: config.model at config.seed's initialisation, or the weights
+        of config.init.hf_path."""
+        policy = self.model()
+        if self.hf_path():
+            from t1jax.model.hf_io import load_hf
+            policy = load_hf(policy, self.hf_path())
+        return policy
 
     def trainer(self, stage: str):
         """On the default platform's first devices, whatever platform config.mesh names."""
@@ -305,7 +396,9 @@ class Recipe:
         from t1jax.rollout.tokenizer import train_tokenizer
         from t1jax.tasks import families
         c = self.config.pool
-        if not _done(self.pool_dir):
+        if not _done(self.pool_dir) and outside_pool(self.config) is not None:
+            self._outside_pool(outside_pool(self.config))
+        elif not _done(self.pool_dir):
             plan = families.write_family_pool(
                 self.pool_dir, seed=self.config.seed, train_per_family=c.train_per_family,
                 heldout_per_family=c.heldout_per_family,
@@ -315,12 +408,47 @@ class Recipe:
                 families=[f for f in c.families.split(",") if f] or None)
             kill_point("pool", 1, "written")  # tasks written; no tokenizer, no DONE yet
             # from the train split's text only: validation and test never shape it
-            tok = train_tokenizer(self.config.model.vocab_size, families.family_corpus(
-                self.pool_dir, system_prompt=self.config.agent.system_prompt, splits=("train",)))
-            tok.save(str(self.workdir / "tokenizer.json"))
+            if self.config.rollouts.tokenizer:  # the model's own
+                shutil.copyfile(self.config.rollouts.tokenizer, self.workdir / "tokenizer.json")
+            else:
+                tok = train_tokenizer(self.config.model.vocab_size, families.family_corpus(
+                    self.pool_dir, system_prompt=self.config.agent.system_prompt,
+                    splits=("train",)))
+                tok.save(str(self.workdir / "tokenizer.json"))
             _mark(self.pool_dir, {"train": len(plan["train"]), "heldout": len(plan["heldout"]),
                                   "validation": len(plan["validation"])},
                   config=self.config_dict)
+
+    def _outside_pool(self, source: Path) -> None:
+        """config.pool.dir as this run's pool: its splits linked into workdir/pool (the user's
+        folder is never written), each loaded (a malformed task is an error naming it) and the
+        train split refused if it overlaps the test or validation split; the model's
+        tokenizer copied beside it."""
+        from t1jax.tasks.decontam import ContaminationError, check_pool
+        from t1jax.tasks.pool import load_pool
+        splits = [n for n in ("train", "heldout", "validation") if (source / n).is_dir()]
+        counts = {}
+        for name in splits:
+            loaded = load_pool(source / name)  # raises naming every malformed task
+            if not loaded.tasks:
+                raise UsageError(f"config.pool.dir: {source / name} holds no tasks")
+            counts[name] = len(loaded.tasks)
+        try:
+            if self.config.pool.decontaminate:
+                check_pool(load_pool(source / "train").tasks,
+                           [source / n for n in splits if n != "train"])
+        except ContaminationError as err:
+            raise UsageError(f"config.pool.dir={source}: the train split overlaps a held-out "
+                             f"one (--config.pool.decontaminate=False if that is the point: "
+                             f"held-out entities of the same families): {err}") from err
+        self.pool_dir.mkdir(parents=True, exist_ok=True)
+        for name in splits:
+            link = self.pool_dir / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(source / name, target_is_directory=True)
+        shutil.copyfile(self.config.rollouts.tokenizer, self.workdir / "tokenizer.json")
+        _mark(self.pool_dir, {**counts, "source": str(source)}, config=self.config_dict)
 
     def oracle(self) -> None:
         from t1jax.tasks.validate import validate_pool
@@ -338,9 +466,15 @@ class Recipe:
                                 limits=stack.limits, scale=stack.scale,
                                 run_id=f"recipe-oracle-{self.workdir.name}")
         # our own generator names its invariants: a goal assertion doing nothing passes is a
-        # generator bug here, though only a leak in an outside pool
-        if not summary["pool_healthy"] or summary["nothing_leaks"]:
+        # generator bug here, though only a leak in an outside pool, whose broken tasks the
+        # SFT data phase drops (unsolved) and whose leaks the user must see
+        unhealthy = not summary["pool_healthy"] or summary["nothing_leaks"]
+        if unhealthy and outside_pool(self.config) is None:
             raise RuntimeError(f"the generated pool is not healthy: see {out}/results.md")
+        if unhealthy:
+            logging.warning("the outside pool %s is not healthy (a reference solution fails "
+                            "or doing nothing passes an assertion): see %s/results.md",
+                            outside_pool(self.config), out)
         _mark(out, summary, config=self.config_dict)
 
     def sft(self) -> None:
@@ -361,8 +495,10 @@ class Recipe:
                 num_layers=trainer_cfg.num_hidden_layers,
                 top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
                 limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
-                final_answer=families.FINAL_ANSWER,
-                system_prompt=self.config.agent.system_prompt,
+                verifier_mode=self.config.verifier.mode, tool_format=build.tool_format(
+                    self.config), system_prompt=self.system_prompt(),
+                **({} if outside_pool(self.config) else
+                   {"final_answer": families.FINAL_ANSWER}),
                 progress=killing_progress(count_bar(self.bars, "SFT data: oracle episodes",
                                                     len(s.tasks)), "sft_data", "episode"))
             if self.config.sft.teacher_slips:
@@ -372,13 +508,15 @@ class Recipe:
             save_dataset(samples, data, skipped=len(skipped))
         distributed.rendezvous("recipe/sft_data")
         trainer = self.trainer("sft")
+        build.start_weights(trainer, out / "checkpoints", hf_path=self.hf_path())
         order_seed = self.config.sft.get("data_seed", -1)
         loop.run(trainer, loop.DatasetBatches(load_samples(data), self.config.sft.batch_size,
                                               self.config.seed if order_seed < 0 else order_seed),
                  out,
                  loop.LoopOptions(steps=self.config.sft.steps, stage="sft",
                                   checkpoint_every=min(self.config.sft.checkpoint_every,
-                                                       self.config.sft.steps)),
+                                                       self.config.sft.steps),
+                                  keep_checkpoints=self.config.checkpoint.keep),
                  progress=metric_bar(self.bars, "SFT", self.config.sft.steps, "sft/nll"))
         _mark(out, made_from=self.made_from("sft"), config=self.config_dict)
 
@@ -396,7 +534,8 @@ class Recipe:
             tasks, s.backend, s.tokenizer, s.scale, num_layers=cfg.num_hidden_layers,
             top_k=cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
             limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
-            final_answer=families.FINAL_ANSWER, system_prompt=self.config.agent.system_prompt,
+            final_answer=families.FINAL_ANSWER, system_prompt=self.system_prompt(),
+            verifier_mode=self.config.verifier.mode, tool_format=build.tool_format(self.config),
             commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
             want_solved=False, source="slip", attempt=1,
             progress=killing_progress(count_bar(self.bars, "SFT data: teacher slips",
@@ -404,8 +543,16 @@ class Recipe:
         return samples + slips, skipped + [(tid, f"slip: {why}") for tid, why in missed]
 
     def _live(self, trainer, out: Path, stage: str):
-        return build.live_rollouts(self.config, trainer, out, self.stack(),
-                                   system_prompt=self.config.agent.system_prompt, stage=stage)
+        live = build.live_rollouts(self.config, trainer, out, self.stack(),
+                                   system_prompt=self.system_prompt(), stage=stage)
+        self._live_engine = live.engine  # PPO's periodic evaluations play on it (fleet)
+        return live
+
+    def _options(self, steps: int, stage: str, **kw):
+        c = self.config.checkpoint
+        from t1jax.rl.loop import LoopOptions
+        return LoopOptions(steps=steps, stage=stage, checkpoint_every=c.every,
+                           keep_checkpoints=c.keep, **kw)
 
     def warmup(self) -> None:
         """Critic Warm-Up until the critic is healthy: it stops once explained variance on
@@ -439,7 +586,7 @@ class Recipe:
 
         steps = resumed if warmup_health(evs, **gate)[0] else w.steps  # healthy before a kill
         loop.run(trainer, self._live(trainer, out, "critic_warmup"), out,
-                 loop.LoopOptions(steps=steps, stage="critic_warmup"), progress=bar,
+                 self._options(steps, "critic_warmup"), progress=bar,
                  stop=healthy)
         ok, window_ev = warmup_health(evs, **gate)
         if w.ev_window > 0 and not ok:
@@ -479,16 +626,17 @@ class Recipe:
             # killed while evaluating its newest checkpoint: the resumed loop starts after that
             # step and would never evaluate it, so the report would silently lack the row
             self.evaluate(f"step_{resumed[-1]:04d}", build.restored_actor(
-                build.policy(self.config), out / "checkpoints"), split="validation")
+                self.model(), out / "checkpoints"), split="validation")
 
         def tick(step, metrics):
             bar(step, metrics)
-            if due(step):
-                self.evaluate(f"step_{step:04d}", trainer.actor_model(), split="validation")
+            if due(step):  # with a fleet, on the servers that hold this step's weights
+                self.evaluate(f"step_{step:04d}", trainer.actor_model(), split="validation",
+                              served=self._live_engine)
 
         loop.run(trainer, self._live(trainer, out, "ppo"), out,
-                 loop.LoopOptions(steps=self.config.ppo.steps, stage="ppo",
-                                  schedule=self.config.schedule), progress=tick)
+                 self._options(self.config.ppo.steps, "ppo", schedule=self.config.schedule),
+                 progress=tick)
         _mark(out, made_from=self.made_from("ppo"), config=self.config_dict)
 
     def eval_seed(self) -> int:
@@ -498,46 +646,75 @@ class Recipe:
         seed = self.config.eval.get("sampling_seed", -1)
         return derived_seed(self.config.seed, "eval") if seed < 0 else int(seed)
 
-    def evaluate(self, label: str, policy, split: str = "test") -> dict:
+    def evaluate(self, label: str, policy, split: str = "test", served=None) -> dict:
         """Evaluation of `policy` (a CausalLM) on the test (held-out) or validation split, k
         attempts per task. Every label samples with one seed (eval_seed): a rerun repeats,
         and base / SFT / PPO meet the same random numbers per (task, attempt, turn), so their
-        differences are paired. Every process calls it; process 0 plays every trial from
-        its own copy of the policy while the others wait (None on them)."""
-        from t1jax.rollout import context
-        from t1jax.rollout.batching import embedded_engine
-        from t1jax.rollout.engine import SamplingParams
-        from t1jax.rollout.evaluate import evaluate
+        differences are paired. Every process calls it; process 0 plays every trial while the
+        others wait (None on them): from its own whole copy of the policy (embedded engine),
+        or on the fleet, to which every process first publishes its shards of the policy
+        (`served`: a fleet engine already holding it, PPO's live one)."""
         out = self.eval_dir(label, split)
         if (out / "summary.json").is_file():
             return _played(json.loads((out / "summary.json").read_text()), out)
-        policy = build.local_model(policy)  # an allgather in a multi-process job
+        published = None
+        if self.config.rollouts.engine == "fleet":
+            engine = served
+            if engine is None:
+                engine, published = self._fleet_holding(policy, f"eval-{split}-{label}")
+        else:
+            policy = build.local_model(policy)  # an allgather in a multi-process job
         if not distributed.is_main():
             distributed.rendezvous("recipe/evaluate")
             return None
+        if self.config.rollouts.engine != "fleet":
+            from t1jax.rollout.batching import embedded_engine
+            engine = embedded_engine(policy, max_batch=self.config.rollouts.engine_batch,
+                                     max_len=self.config.rl.max_length)
+        try:
+            summary = self._play_evaluation(label, split, engine, out,
+                                            policy.model.cfg.max_position_embeddings)
+        finally:
+            if published is not None:  # loaded by the servers: the folder is spent
+                shutil.rmtree(published, ignore_errors=True)
+        distributed.rendezvous("recipe/evaluate")
+        return _played(summary, out)
+
+    def _fleet_holding(self, policy, version: str):
+        """(a FleetEngine whose servers hold `policy` as `version`, the published folder).
+        Every process calls it (each writes its shards)."""
+        from t1jax.rollout.sglang import FleetEngine
+        r = self.config.rollouts
+        client = build.fleet_client(r.fleet_urls, policy.model.cfg, r.get("fleet_router", ""))
+        weights_dir = Path(r.weights_dir) if r.weights_dir else self.workdir / "published"
+        path = build.publish_weights(client, policy, weights_dir, version)
+        return FleetEngine(client, self.config.rl.max_length), path
+
+    def _play_evaluation(self, label: str, split: str, engine, out: Path,
+                         max_positions: int) -> dict:
+        from t1jax.rollout import context
+        from t1jax.rollout.engine import SamplingParams
+        from t1jax.rollout.evaluate import evaluate
         s = self.stack()
         tasks = self.split("heldout") if split == "test" else self.split("validation")
         name = label if split == "test" else f"{split}_{label}"
         c = self.config
-        engine = embedded_engine(policy, max_batch=c.rollouts.engine_batch,
-                                 max_len=c.rl.max_length)
-        summary = evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
-                           attempts=c.eval.attempts, harness="tools", limits=s.limits,
-                           scale=s.scale, out_dir=out,
-                           sampling=SamplingParams(temperature=c.eval.temperature,
-                                                   max_new_tokens=c.rollouts.max_new_tokens),
-                           concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
-                           max_tokens=c.rl.max_length, system_prompt=c.agent.system_prompt,
-                           images=self.images, seed=self.eval_seed(),
-                           context=context.from_config(
-                               c.rollouts, policy.model.cfg.max_position_embeddings,
-                               c.rl.max_length),
-                           progress=killing_progress(
-                               count_bar(self.bars, f"eval {name}: trials",
-                                         len(tasks) * c.eval.attempts, ("trial",)),
-                               f"eval_{name}", "trial", kind="trial"))
-        distributed.rendezvous("recipe/evaluate")
-        return _played(summary, out)
+        return evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
+                        attempts=c.eval.attempts, harness="tools", limits=s.limits,
+                        scale=s.scale, out_dir=out,
+                        sampling=SamplingParams(temperature=c.eval.temperature,
+                                                max_new_tokens=c.rollouts.max_new_tokens),
+                        concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
+                        max_tokens=c.rl.max_length, system_prompt=self.system_prompt(),
+                        verifier_mode=c.verifier.mode, tool_format=build.tool_format(c),
+                        command_timeout_s=c.sandbox.command_timeout_s,
+                        max_observation_bytes=c.sandbox.max_output_bytes,
+                        images=self.images, seed=self.eval_seed(),
+                        context=context.from_config(c.rollouts, max_positions, c.rl.max_length),
+                        progress=killing_progress(
+                            count_bar(self.bars, f"eval {name}: trials",
+                                      len(tasks) * c.eval.attempts, ("trial",)),
+                            f"eval_{name}", "trial", kind="trial"))
 
     def final_evals(self) -> None:
         from t1jax.checkpoint import has_checkpoint
@@ -553,9 +730,9 @@ class Recipe:
                 folder.mkdir(parents=True, exist_ok=True)
                 (folder / "FROM").write_text(json.dumps({"id": done_id(self.workdir / label),
                                                          "config": self.config_dict}) + "\n")
-            policy = build.policy(self.config)  # base: the untrained policy, no DONE, id None
-            self.evaluate(label, policy if label == "base" else
-                          build.restored_actor(policy, ckpt), split=split)
+            # base: the untrained policy, no DONE, id None
+            self.evaluate(label, self.base_policy() if label == "base" else
+                          build.restored_actor(self.model(), ckpt), split=split)
 
 
 def run(config, workdir: Path) -> int:
@@ -568,7 +745,7 @@ def run(config, workdir: Path) -> int:
         raise UsageError(f"config.phases names unknown phases {unknown}; known: {PHASES}")
     if "ppo" in wanted:  # before hours of SFT and Warm-Up, not when PPO starts
         build.check_off_policy(config, config.rollouts.carry_over)
-    build.check_processes(config)
+    check_sources(config)
     recipe = Recipe(config, workdir)
     if config.reuse and distributed.is_main():
         workdir.mkdir(parents=True, exist_ok=True)

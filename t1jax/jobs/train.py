@@ -20,7 +20,6 @@ SOURCES = ("live", "recorded")
 
 def _check(config) -> None:
     check_choices(config, {"stage": STAGES, "schedule": SCHEDULES, "rollouts.source": SOURCES})
-    build.check_processes(config, live=config.stage != "sft" and config.rollouts.source == "live")
     if config.rollouts.source == "recorded" and not config.rollouts.recorded_dir \
             and config.stage != "sft":
         raise UsageError("config.rollouts.source='recorded' needs config.rollouts.recorded_dir")

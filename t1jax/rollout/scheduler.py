@@ -77,6 +77,29 @@ class TrialStopped(Exception):
 TrialFn = Callable[[TrialRequest, threading.Event], TrialResult]
 
 
+class CountedAdmission:
+    """Which finished trials a step admits: the first `batch_size` to finish, counted here.
+    A multi-process job counts them over every process instead (rollout/source.py's
+    GlobalAdmission, the same two methods), so the step is decided once, not per process."""
+
+    def __init__(self, batch_size: int):
+        self.batch_size, self.count, self._on_full = batch_size, 0, None
+
+    def start(self, on_full: Callable[[], None]) -> None:
+        """on_full(): called once the step is full (stop the trials still running)."""
+        self._on_full = on_full
+
+    def admit(self, result: "TrialResult") -> bool:
+        """Whether a trial that just finished is admitted (called under the step's lock)."""
+        self.count += 1
+        if self.count == self.batch_size:
+            self._on_full()
+        return self.count <= self.batch_size
+
+    def stop(self) -> None:
+        """Every launched trial has returned."""
+
+
 class RolloutScheduler:
     """Runs trials on a bounded thread pool; one `collect` call is one RL step's rollouts."""
 
@@ -86,14 +109,14 @@ class RolloutScheduler:
         self.run_trial, self.max_concurrency = run_trial, max_concurrency
 
     def collect(self, requests: list[TrialRequest], batch_size: int, *, oversample: float = 1.5,
-                carry_over: bool = True) -> StepResult:
+                carry_over: bool = True, admission=None) -> StepResult:
         """Launch up to ceil(batch_size * oversample) trials (carried ones first), admit the
         first batch_size that finish, stop the rest and carry or drop them. Blocks until every
         launched trial has returned (a trial notices the stop at its next turn boundary).
         The admitted trials come in launch order, whatever order they finished in, so a step
         whose trials are the same packs the same batch; with oversample > 1 which trials are
         admitted depends on timing (the point of oversampling), so a seeded run repeats only
-        with oversample = 1."""
+        with oversample = 1. admission: who decides (default: CountedAdmission(batch_size))."""
         if batch_size < 1 or oversample < 1.0:
             raise ValueError(f"need batch_size >= 1 and oversample >= 1, got {batch_size}, "
                              f"{oversample}")
@@ -105,16 +128,15 @@ class RolloutScheduler:
         launch, out = order[:n], StepResult([], [], [], [], unlaunched=order[n:])
         stops = {r.key: threading.Event() for r in launch}
         lock = threading.Lock()
+        admission = admission if admission is not None else CountedAdmission(batch_size)
+        admission.start(lambda: [ev.set() for ev in stops.values()])
 
         def settle(result: TrialResult) -> None:
             req = result.request
             with lock:
-                if result.status == DONE and len(out.admitted) < batch_size:
+                if result.status == DONE and admission.admit(result):
                     out.admitted.append(result)
                     out.samples.append(result.sample)
-                    if len(out.admitted) == batch_size:
-                        for ev in stops.values():
-                            ev.set()
                 elif result.status == FAILED:
                     out.failed.append(result)
                 elif not carry_over:
@@ -128,16 +150,19 @@ class RolloutScheduler:
                     out.carried.append(dataclasses.replace(
                         req, state=state, carried_steps=req.carried_steps + 1))
 
-        for req in launch:  # finished last step: no thread needed
-            if req.ready is not None:
-                settle(dataclasses.replace(req.ready, request=dataclasses.replace(req,
-                                                                                   ready=None)))
-        live = [r for r in launch if r.ready is None]
-        with ThreadPoolExecutor(max_workers=self.max_concurrency,
-                                thread_name_prefix="trial") as pool:
-            futures = [pool.submit(self._guarded, r, stops[r.key]) for r in live]
-            for future in as_completed(futures):
-                settle(future.result())
+        try:
+            for req in launch:  # finished last step: no thread needed
+                if req.ready is not None:
+                    settle(dataclasses.replace(req.ready,
+                                               request=dataclasses.replace(req, ready=None)))
+            live = [r for r in launch if r.ready is None]
+            with ThreadPoolExecutor(max_workers=self.max_concurrency,
+                                    thread_name_prefix="trial") as pool:
+                futures = [pool.submit(self._guarded, r, stops[r.key]) for r in live]
+                for future in as_completed(futures):
+                    settle(future.result())
+        finally:
+            admission.stop()
         rank = {r.key: i for i, r in enumerate(launch)}
         out.admitted.sort(key=lambda result: rank[result.request.key])
         out.samples[:] = [result.sample for result in out.admitted]

@@ -8,7 +8,9 @@ sees only Samples, through the loop's RolloutSource protocol (t1jax/rl/loop.py).
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
 from pathlib import Path
 
 from absl import logging
@@ -16,6 +18,57 @@ from absl import logging
 from t1jax import distributed
 from t1jax.rollout.sample import save_dataset, staleness
 from t1jax.rollout.scheduler import StepResult, TrialRequest
+
+_INSTANCES = itertools.count()
+
+
+class GlobalAdmission:
+    """Oversampled admission decided once for a multi-process step: the first `batch_size`
+    trials to finish on any process are admitted. Each finished trial takes a ticket from a
+    counter the coordination service keeps for the step (tickets 1..batch_size are admitted,
+    the ticket is its sample's metadata["admission"]); the process that takes the last one
+    raises the step's flag, and every process stops its running trials once it sees the flag
+    (a watcher thread polls it) or takes a later ticket. The scheduler's CountedAdmission with
+    a shared counter, in short."""
+
+    POLL_S = 0.1
+
+    def __init__(self, batch_size: int, key: str):
+        self.batch_size, self.key = batch_size, key
+        self._done = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._full = threading.Event()
+
+    def start(self, on_full) -> None:
+        def fill() -> None:
+            if not self._full.is_set():
+                self._full.set()
+                on_full()
+        self._fill = fill
+
+        def watch() -> None:
+            while not self._done.wait(self.POLL_S):
+                if distributed.flag_raised(f"{self.key}/full"):
+                    fill()
+                    return
+        self._watcher = threading.Thread(target=watch, name="admission", daemon=True)
+        self._watcher.start()
+
+    def admit(self, result) -> bool:
+        ticket = distributed.increment(f"{self.key}/tickets")
+        if ticket == self.batch_size:
+            distributed.raise_flag(f"{self.key}/full")
+        if ticket >= self.batch_size:
+            self._fill()
+        if ticket <= self.batch_size:
+            result.sample.metadata["admission"] = ticket
+            return True
+        return False
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._watcher is not None:
+            self._watcher.join()
 
 
 class LiveRollouts:
@@ -33,9 +86,11 @@ class LiveRollouts:
         if group_size < 1:
             raise ValueError(f"rollouts.group_size must be >= 1, got {group_size}")
         self.process, self.processes = processes
-        if self.processes > 1 and oversample != 1.0:
-            raise ValueError("oversampled admission (first trials to finish) across processes "
-                             "is not implemented (issue #43): set rollouts.oversample=1")
+        # across processes with oversampling, each carries its own trials (their sandboxes and
+        # partial episodes live there) and the step's admission is decided over all of them
+        self.admitted_globally = self.processes > 1 and oversample > 1
+        self._instance = next(_INSTANCES)  # the same on every process: names its exchanges
+        self._states = 0  # state_dict calls (every process makes the same ones)
         self.scheduler, self.tasks, self.sampler, self.engine = scheduler, tasks, sampler, engine
         self.group_size = group_size
         self.batch_size, self.oversample, self.carry_over = batch_size, oversample, carry_over
@@ -49,7 +104,10 @@ class LiveRollouts:
         self.last_metrics: dict = {}
 
     def collect(self, step: int):
-        want = max(0, math.ceil(self.batch_size * self.oversample) - len(self._carried))
+        carried = (distributed.exchange_objects(f"carried/{self._instance}/{step}",
+                                                len(self._carried))
+                   if self.admitted_globally else [len(self._carried)])
+        want = max(0, math.ceil(self.batch_size * self.oversample) - sum(carried))
         fresh = []
         for i in self.sampler.take(math.ceil(want / self.group_size)):
             for _ in range(self.group_size):
@@ -57,8 +115,10 @@ class LiveRollouts:
                     fresh.append(TrialRequest(self.tasks[i].task_id, attempt=self._next_attempt))
                     self._next_attempt += 1
         requests = self._carried + fresh
-        if self.processes > 1:
-            samples, failures = self._collect_split(requests)
+        if self.admitted_globally:
+            samples, failures = self._collect_admitted(step, fresh, carried)
+        elif self.processes > 1:
+            samples, failures = self._collect_split(step, requests)
         else:
             result = self.scheduler.collect(requests, self.batch_size,
                                             oversample=self.oversample,
@@ -77,7 +137,7 @@ class LiveRollouts:
             save_dataset(samples, self.record_dir / f"step_{step:05d}")
         return samples
 
-    def _collect_split(self, requests: list) -> tuple[list, int]:
+    def _collect_split(self, step: int, requests: list) -> tuple[list, int]:
         """This process plays its share (every processes-th request); the samples of all come
         back in request order, the same list on every process. With oversample 1 every trial
         that finishes is admitted, so no admission depends on another process's timing."""
@@ -93,11 +153,43 @@ class LiveRollouts:
             logging.warning("trial failed (dropped, not trained): %s", failed.error)
         for r in result.admitted:  # who played it: where its sandbox and log lines were
             r.sample.metadata["process"] = self.process
-        shares = distributed.allgather_objects(
+        shares = distributed.exchange_objects(  # no XLA collective: one step off runs this
+            f"samples/{self._instance}/{step}",   # beside the trainer's step
             ([(index[r.request.key], r.sample) for r in result.admitted], len(result.failed)))
         ordered = sorted(((i, sample) for share, _ in shares for i, sample in share),
                          key=lambda pair: pair[0])
         return [sample for _, sample in ordered], sum(failed for _, failed in shares)
+
+    def _collect_admitted(self, step: int, fresh: list, carried: list[int]) -> tuple[list, int]:
+        """Oversampling across processes: every process draws the same fresh requests and
+        takes those a fixed rule gives it (each to the process with the fewest trials so far,
+        its own carried ones counted), plays them with its carried ones, and admits the first
+        batch_size to finish over all processes (GlobalAdmission). Every process then holds
+        the admitted samples of all, in admission order; late and stopped trials stay carried
+        on the process that played them."""
+        loads, mine = list(carried), []
+        for request in fresh:
+            target = min(range(self.processes), key=lambda q: (loads[q], q))
+            loads[target] += 1
+            if target == self.process:
+                mine.append(request)
+        requests = self._carried + mine
+        admission = GlobalAdmission(self.batch_size, f"admission/{self._instance}/{step}")
+        result = self.scheduler.collect(
+            requests, self.batch_size, carry_over=self.carry_over, admission=admission,
+            oversample=max(self.oversample, len(requests) / self.batch_size))
+        self._carried = result.carried
+        self.last_result = result
+        for failed in result.failed:
+            logging.warning("trial failed (dropped, not trained): %s", failed.error)
+        for r in result.admitted:
+            r.sample.metadata["process"] = self.process
+        shares = distributed.exchange_objects(f"samples/{self._instance}/{step}",
+                                              ([r.sample for r in result.admitted],
+                                               len(result.failed)))
+        samples = sorted((sample for share, _ in shares for sample in share),
+                         key=lambda sample: sample.metadata["admission"])
+        return samples, sum(failed for _, failed in shares)
 
     def publish(self, trainer, version: str) -> None:
         if self._publish is not None:
@@ -108,10 +200,16 @@ class LiveRollouts:
     def state_dict(self) -> dict:
         """The sampler's position and the carried trials by name: their sandboxes and partial
         episodes die with the process, so a resumed run starts them afresh (same task and
-        attempt, so the same sampling seed), first in its next step, as they would have gone."""
+        attempt, so the same sampling seed), first in its next step, as they would have gone.
+        Across processes each carries its own: every process calls it, and it holds all."""
+        carried = [{"task_id": r.task_id, "attempt": r.attempt,
+                    "carried_steps": r.carried_steps} for r in self._carried]
+        if self.admitted_globally:
+            self._states += 1
+            carried = [c for share in distributed.exchange_objects(
+                f"state/{self._instance}/{self._states}", carried) for c in share]
         return {"sampler": self.sampler.state_dict(), "next_attempt": self._next_attempt,
-                "carried": [{"task_id": r.task_id, "attempt": r.attempt,
-                             "carried_steps": r.carried_steps} for r in self._carried]}
+                "carried": carried}
 
     def load_state_dict(self, state: dict) -> None:
         if "sampler" in state:
@@ -123,5 +221,7 @@ class LiveRollouts:
         if unknown:
             raise ValueError(f"the checkpoint carries trials of task(s) {unknown} that this "
                              f"run's task list does not hold: resume with the same tasks")
+        if self.admitted_globally:  # started afresh anyway: dealt out over the processes
+            carried = carried[self.process::self.processes]
         self._carried = [TrialRequest(c["task_id"], attempt=int(c["attempt"]),
                                       carried_steps=int(c["carried_steps"])) for c in carried]

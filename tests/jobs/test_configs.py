@@ -15,9 +15,7 @@ JOB_CONFIGS = {
     "oracle": [None, "smoke"], "audit": [None], "synth": [None], "pool": [None],
     "ppo": [None, "sft", "critic_warmup"], "eval": [None, "smoke", "online", "offline"],
     "tiny_cpu": [None],
-    "qwen3_30b_a3b": [None, "sft", "critic_warmup"],
-    "qwen3_235b_a22b": [None, "sft", "critic_warmup"],
-    "t1_qwen35_122b": [None, "sft", "critic_warmup"],
+    "qwen3_30b_a3b": [None], "qwen3_235b_a22b": [None], "t1_qwen35_122b": [None],
     "ablations": ["no_r3", "binary_reward", "shuffled_reward", "cold_critic", "cold_critic_random_head", "one_step_off", "sync", "no_tito"],
 }
 
