@@ -16,8 +16,8 @@ and optionally validation/ (PPO's periodic evaluations; settings are chosen on i
 folder of Harbor-format task folders; the pool phase refuses a train split that overlaps the
 others. SFT plays the train split's reference solutions through the agent loop; every
 evaluation (base, SFT, PPO) publishes that policy to the fleet and plays on it. As several
-processes (two nodes of 4 GPUs, or one process per GPU; BUILD.md "Accelerators") add
---config.schedule=sync: one step off-policy does not run across processes yet (issue #43).
+processes (two nodes of 4 GPUs, or one process per GPU): the same command on each, with the
+variables BUILD.md "Accelerators" names.
 
 Sizes are ours, chosen for 8xH200 (the T1 report does not state its batch or learning rates):
 the mesh is configs/model/qwen3_30b_a3b.py:gpu (expert=8). A rollout batch of 64 trials, 1.5x

@@ -3,10 +3,9 @@ full-size critic, one step off-policy against an SGLang fleet, hundreds of turns
 
 Launch: the main job's phases (configs/tiny_cpu.py, one driver) at this size; every phase
 resumes from the workdir (BUILD.md "Real scale" covers installs, the pool and the fleet). T1's
-trainer is 8 nodes x 8 H200, one JAX job of 8 or 64 processes (BUILD.md "Accelerators"): PPO
-runs one step off-policy, which does not run across processes yet (issue #43): as several
-processes add --config.schedule=sync (oversampled admission is decided over all processes).
-The fleet is 16 more nodes, one SGLang server (TP 8) each:
+trainer is 8 nodes x 8 H200, one JAX job of 8 or 64 processes (BUILD.md "Accelerators": the
+same command on every process; oversampled admission is decided over all of them). The fleet
+is 16 more nodes, one SGLang server (TP 8) each:
 
   # 0. the fleet, on each of its 16 nodes
   python -m sglang.launch_server --model-path /shared/Qwen3.5-122B-A10B \
