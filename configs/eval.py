@@ -49,6 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     r.engine_batch = 8  # sequences the embedded engine decodes together
     r.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
     r.fleet_router = ""  # an SGLang model gateway in front of them (configs/ppo.py)
+    r.fleet_timeout_s = 300.0  # per HTTP call to a fleet server
+    r.fleet_retries = 2  # extra attempts on other servers after a failure
     r.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)
     r.tool_format = ""  # qwen3_json | qwen3_xml; "": the checkpoint's chat template says
     r.sampling_seed = -1  # -1: derived from config.seed (a rerun repeats); >= 0: this one

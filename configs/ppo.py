@@ -62,6 +62,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # an SGLang model gateway in front of them (smg >= 1.13, --policy consistent_hashing):
     # generation goes through it, weights are published to every fleet_urls server
     config.rollouts.fleet_router = ""
+    config.rollouts.fleet_timeout_s = 300.0  # per HTTP call to a fleet server
+    config.rollouts.fleet_retries = 2  # extra attempts on other servers after a failure
     config.rollouts.weights_dir = ""  # disk the servers share, for published weights
 
     config.sft = ml_collections.ConfigDict()

@@ -75,6 +75,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.engine_batch = 8
     config.rollouts.fleet_urls = ""
     config.rollouts.fleet_router = ""  # configs/ppo.py says what it is
+    config.rollouts.fleet_timeout_s = 300.0  # per HTTP call to a fleet server
+    config.rollouts.fleet_retries = 2  # extra attempts on other servers after a failure
     config.rollouts.weights_dir = ""
     config.rollouts.batch_size = 8  # trials per PPO step
     config.rollouts.group_size = 1  # trials of each task per step (rl.baseline="task" uses them)

@@ -259,11 +259,15 @@ def rollout_seed(config, stage: str) -> int:
     return derived_seed(config.seed, f"rollouts/{stage}") if seed < 0 else int(seed)
 
 
-def fleet_client(urls: str, model_cfg, router: str = ""):
-    """A FleetClient over comma-separated urls (generating through `router` if one is given),
-    reading routes by the model's own config."""
+def fleet_client(rollouts, model_cfg):
+    """A FleetClient over the comma-separated rollouts.fleet_urls (generating through
+    rollouts.fleet_router if one is given), reading routes by the model's own config, with
+    rollouts.fleet_timeout_s per HTTP call and rollouts.fleet_retries extra attempts."""
     from t1jax.rollout.sglang import FleetClient, RouteLayout
-    return FleetClient(urls.split(","), RouteLayout.of(model_cfg), router=router or None)
+    r = rollouts
+    return FleetClient(r.fleet_urls.split(","), RouteLayout.of(model_cfg),
+                       router=r.get("fleet_router", "") or None,
+                       timeout_s=r.fleet_timeout_s, retries=r.fleet_retries)
 
 
 def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
@@ -296,7 +300,7 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
     elif r.engine == "fleet":
         if not r.fleet_urls:
             raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
-        engine = FleetEngine(fleet_client(r.fleet_urls, trainer.cfg, r.get("fleet_router", "")),
+        engine = FleetEngine(fleet_client(r, trainer.cfg),
                              config.rl.max_length)
         weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
 

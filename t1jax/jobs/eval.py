@@ -99,8 +99,7 @@ def run(config, workdir: Path) -> int:
                                  max_len=engine_len, weight_version=default_label)
     else:
         from t1jax.rollout.sglang import FleetEngine
-        engine = FleetEngine(build.fleet_client(r.fleet_urls, model_config_from(config.model),
-                                                r.get("fleet_router", "")),
+        engine = FleetEngine(build.fleet_client(r, model_config_from(config.model)),
                              engine_len)
         default_label = "fleet"
     label = config.label or default_label

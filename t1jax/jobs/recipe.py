@@ -685,7 +685,7 @@ class Recipe:
         Every process calls it (each writes its shards)."""
         from t1jax.rollout.sglang import FleetEngine
         r = self.config.rollouts
-        client = build.fleet_client(r.fleet_urls, policy.model.cfg, r.get("fleet_router", ""))
+        client = build.fleet_client(r, policy.model.cfg)
         weights_dir = Path(r.weights_dir) if r.weights_dir else self.workdir / "published"
         path = build.publish_weights(client, policy, weights_dir, version)
         return FleetEngine(client, self.config.rl.max_length), path

@@ -109,6 +109,8 @@ def sample_stats(samples) -> dict:
                                                                   len(s.tokens)])])
     drift = np.array([s.metadata.get("retokenized_drift", 0) or 0 for s in samples])
     route_drift = sum(int(s.metadata.get("route_drift", 0) or 0) for s in samples)
+    # samples recorded before route_compared existed compared every overlapping position
+    unmeasured = all(s.metadata.get("route_compared", 1) == 0 for s in samples)
     full_vocab = np.mean([s.metadata.get("logprobs", "full") == "full" for s in samples])
     resolved = [bool((s.metadata.get("verifier") or {}).get("solved", False))
                 for s in samples]
@@ -123,8 +125,10 @@ def sample_stats(samples) -> dict:
         "rollout/retokenized_drift": drift.mean(),
         # positions of the step's trials whose route a later call of the trial recomputed
         # differently (a prefix re-prefilled after its cache row was evicted): 0 when every
-        # position is run once per trial, so the replayed route is the one sampled under
-        "rollout/route_drift": float(route_drift),
+        # position is run once per trial, so the replayed route is the one sampled under.
+        # NaN when no call returned an earlier position's routes again (a fleet sends each
+        # position's once: routed_experts_start_len), so nothing could be compared
+        "rollout/route_drift": float("nan") if unmeasured else float(route_drift),
         # 1: every trial's log-probs are log_softmax(logits / T) over the vocabulary, as the
         # trainer recomputes them (SGLang's, the JaxEngine's default), so mismatch/logprob_gap
         # is numerics and routing only; below 1, some were renormalised over top-k / top-p

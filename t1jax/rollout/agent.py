@@ -51,12 +51,14 @@ class _Chunk:
         self.builder = TrajectoryBuilder(tokenizer) if tito else TextRoundTrip(tokenizer)
         self.builder.start(prompt_ids)
         self.prompts: list[list[int]] = []
-        self.routes = RouteRecord()
+        self.routes = RouteRecord(by_token=tito)
 
     def generate(self, engine: Engine, params: SamplingParams, tito: bool) -> GenerateResult:
         prompt = self.builder.prompt_for_next_turn()
+        if tito:  # only the positions this chunk has no routes for yet
+            params = dataclasses.replace(params, routes_from=self.routes.routes_from(prompt))
         res = engine.generate([prompt], params)[0]
-        self.routes.add(len(prompt), res)
+        self.routes.add(prompt, res)
         self.prompts.append(prompt)
         if tito:
             self.builder.add_completion(res.output_ids, res.output_logprobs, res.finish_reason)
@@ -76,7 +78,7 @@ class _Chunk:
         self.loss_mask = np.asarray(b.loss_mask, np.int8)
         self.logprobs = np.asarray(b.logprobs, np.float64)  # as sampled, bit for bit
         self.route_rows = self.routes.final(len(b.tokens))
-        self.route_drift = self.routes.drift
+        self.route_drift, self.route_compared = self.routes.drift, self.routes.compared
         del self.builder, self.prompts, self.routes
         return self
 
@@ -289,17 +291,19 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
         route_rows = np.concatenate([c.route_rows for c in closed], axis=0)
         starts = np.cumsum([0] + [len(c.tokens) for c in closed[:-1]]).tolist()
         route_drift = sum(c.route_drift for c in closed)
+        compared = sum(c.route_compared for c in closed)
     else:
         report = AuditReport()  # the audit would fail by design; retokenized_drift counts it
         b = chunk.builder
         tokens = b.finish()
         route_rows = b.place_routes(chunk.routes.final(len(tokens)))
         loss_mask, logprobs, starts = list(b.loss_mask), list(b.logprobs), [0]
-        route_drift = chunk.routes.drift
+        route_drift, compared = chunk.routes.drift, chunk.routes.compared
     return Trajectory(
         tokens=list(tokens), loss_mask=loss_mask, logprobs=logprobs, routes=route_rows,
         prompt_len=len(prefix), turns=sum(not r.summary for r in records), tool_calls=n_calls,
         finish=finish, records=records, audit=report, weight_versions=versions,
         route_drift=route_drift,
         retokenized_drift=0 if tito else chunk.builder.retokenized_drift,
-        chunk_starts=[int(x) for x in starts], compactions=len(starts) - 1)
+        chunk_starts=[int(x) for x in starts], compactions=len(starts) - 1,
+        route_compared=compared)

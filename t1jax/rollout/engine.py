@@ -26,6 +26,10 @@ class SamplingParams:
     temperature 0 means greedy. top_k <= 0 (SGLang: -1) and top_p >= 1 disable truncation.
     seed: the i-th output token is drawn with jax.random.fold_in(PRNGKey(seed), i), so the same
     seed and prompt give the same sample whatever else is in the batch; None draws a fresh seed.
+    routes_from: the first position whose expert routes the caller needs (SGLang's
+    routed_experts_start_len, at most the prompt's length): a multi-turn trial already holds
+    its earlier positions', and a fleet that resent them would send every turn the whole
+    trial's, quadratic in the turns. An engine may return more (GenerateResult.routes_start).
     """
     temperature: float = 1.0
     top_p: float = 1.0
@@ -33,6 +37,7 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    routes_from: int = 0
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -41,6 +46,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.routes_from < 0:
+            raise ValueError(f"routes_from must be >= 0, got {self.routes_from}")
         object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in self.stop_token_ids))
 
 
@@ -58,13 +65,16 @@ class GenerateResult:
     routed_experts: int32 [prompt_len + len(output_ids) - 1, layers, k], SGLang's convention:
     row p holds the experts used at position p of prompt + output, for every position that was
     run through the model to produce a next token, i.e. all but the final output token (never
-    fed). -1 marks dense layers.
+    fed). -1 marks dense layers. routes_start: the position of its first row (0: the whole
+    sequence; at most the request's SamplingParams.routes_from): rows cover
+    [routes_start, prompt_len + len(output_ids) - 1).
     """
     output_ids: list[int]
     output_logprobs: list[float]
     routed_experts: np.ndarray
     finish_reason: str
     weight_version: str
+    routes_start: int = 0
 
 
 class Engine(Protocol):

@@ -68,6 +68,9 @@ class Trajectory:
     chunk_starts: list[int] = dataclasses.field(default_factory=lambda: [0],
                                                 kw_only=True)  # see context.py
     compactions: int = dataclasses.field(default=0, kw_only=True)  # each starts a chunk
+    # positions whose routes a later call returned again, so route_drift could compare them
+    # (0 when each call returned only new positions' routes, as a fleet does)
+    route_compared: int = dataclasses.field(default=0, kw_only=True)
 
 
 def truncate_middle(text: str, max_bytes: int) -> tuple[str, bool]:
@@ -84,28 +87,78 @@ def truncate_middle(text: str, max_bytes: int) -> tuple[str, bool]:
 
 class RouteRecord:
     """Stitches each generate call's routes into one record; a position keeps the routes of the
-    call that first ran it (what a prefix-caching engine reuses)."""
+    call that first ran it (what a prefix-caching engine reuses). Each call needs only the
+    positions the record lacks (routes_from): a fleet then sends each position's routes once
+    per trial, linear in its tokens, not the whole trial's every turn. Where an engine returns
+    earlier rows too, they are compared with the record: `drift` counts the positions whose
+    routes differed, out of `compared`.
 
-    def __init__(self):
-        self.rows: np.ndarray | None = None
+    by_token=False (the text round trip of configs/ablations.py:no_tito, whose re-encoded
+    prompts may shift): rows are kept by position whatever token now sits there, as a
+    framework stitching per-call routes would, and every call returns them all."""
+
+    def __init__(self, by_token: bool = True):
+        self.by_token = by_token
+        self._buf: np.ndarray | None = None  # grows by doubling: a turn costs its new rows
+        self._n = 0
+        self.ids: np.ndarray = np.zeros(0, np.int64)  # the tokens the rows were run for
         self.drift = 0
+        self.compared = 0
 
-    def add(self, prompt_len: int, res: GenerateResult) -> None:
+    @property
+    def rows(self) -> np.ndarray | None:
+        return None if self._buf is None else self._buf[:self._n]
+
+    def _put(self, at: int, new: np.ndarray) -> None:
+        """Rows [at, at + len(new)) become `new`; rows after them are dropped."""
+        end = at + len(new)
+        if self._buf is None or end > len(self._buf):
+            grown = np.empty((max(end, 2 * (0 if self._buf is None else len(self._buf))),)
+                             + new.shape[1:], np.int32)
+            if self._buf is not None:
+                grown[:at] = self._buf[:at]
+            self._buf = grown
+        self._buf[at:end] = new
+        self._n = end
+
+    def routes_from(self, prompt) -> int:
+        """The first position of `prompt` whose routes the record lacks: its rows, as far as
+        the prompt repeats the tokens they were run for."""
+        prompt = np.asarray(prompt, np.int64)
+        n = min(len(self.ids), len(prompt))
+        differs = np.flatnonzero(prompt[:n] != self.ids[:n])
+        return int(differs[0]) if len(differs) else n
+
+    def add(self, prompt, res: GenerateResult) -> None:
+        prompt = np.asarray(prompt, np.int64)
         r = np.asarray(res.routed_experts)
-        want = prompt_len + len(res.output_ids) - 1
-        shape_ok = r.ndim == 3 and r.shape[0] == want and (
+        start = int(getattr(res, "routes_start", 0))
+        want = len(prompt) + len(res.output_ids) - 1
+        shape_ok = r.ndim == 3 and start + r.shape[0] == want and (
             self.rows is None or r.shape[1:] == self.rows.shape[1:])
         if not shape_ok:
             have = None if self.rows is None else self.rows.shape[1:]
-            raise RolloutError(f"routed_experts has shape {r.shape}; expected ({want}, layers, k)"
-                               f" with (layers, k) = {have or 'any'}")
-        r = r.astype(np.int32)
-        if self.rows is None:
-            self.rows = r
+            raise RolloutError(f"routed_experts has shape {r.shape} from position {start}; "
+                               f"expected ({want - start}, layers, k) with (layers, k) = "
+                               f"{have or 'any'}")
+        # the rows still valid for this prompt (by_token: as far as its tokens repeat theirs)
+        keep = 0 if self.rows is None else (self.routes_from(prompt) if self.by_token
+                                            else len(self.rows))
+        if start > keep:
+            raise RolloutError(f"routed_experts start at position {start}, but the record "
+                               f"holds this prompt's routes only up to {keep}")
+        r = np.asarray(r, np.int32)
+        fed = np.concatenate([prompt, np.asarray(res.output_ids, np.int64)])[:want]
+        if self._buf is None:
+            self._put(0, r)
+            self.ids = fed
             return
-        n = min(len(self.rows), want)
-        self.drift += int(np.any(self.rows[:n] != r[:n], axis=(1, 2)).sum())
-        self.rows = np.concatenate([self.rows, r[len(self.rows):]], axis=0)
+        n = min(keep, want)
+        if n > start:  # earlier rows returned again: do they agree?
+            self.drift += int(np.any(self.rows[start:n] != r[:n - start], axis=(1, 2)).sum())
+            self.compared += n - start
+        self._put(keep, r[keep - start:])
+        self.ids = fed
 
     def final(self, length: int) -> np.ndarray:
         if self.rows is None:

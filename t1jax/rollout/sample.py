@@ -86,7 +86,9 @@ def make_sample(trajectory, report, task_id: str, attempt: int, category: str = 
     meta = {"task_id": task_id, "attempt": int(attempt), "turns": trajectory.turns,
             "tool_calls": trajectory.tool_calls, "finish": trajectory.finish,
             "prompt_len": trajectory.prompt_len, "weight_versions": trajectory.weight_versions,
-            "route_drift": trajectory.route_drift, "verifier": report_dict,
+            "route_drift": trajectory.route_drift,
+            "route_compared": int(getattr(trajectory, "route_compared", 0)),
+            "verifier": report_dict,
             "compactions": int(getattr(trajectory, "compactions", 0)), "category": category}
     return Sample(tokens=trajectory.tokens, loss_mask=trajectory.loss_mask,
                   rollout_logprobs=trajectory.logprobs, routes=trajectory.routes,

@@ -221,10 +221,11 @@ def _digest(prompt) -> bytes:
 
 @dataclasses.dataclass(frozen=True)
 class LoggedCall:
-    """One generate call as the episode log keeps it. Every call's routes cover its whole
-    prompt, so keeping them (and the prompt) as they came would make the log grow with the sum
-    of all prompts, quadratic in the turns; the log keeps the prompt's digest and the routes
-    as their difference from the previous call's: the rows that changed and the new rows."""
+    """One generate call as the episode log keeps it. A call whose routes cover its whole
+    prompt (an engine that returns them all) kept as it came would make the log grow with the
+    sum of all prompts, quadratic in the turns; the log keeps the prompt's digest and the routes
+    as their difference from the previous call's: the rows that changed and the new rows. A
+    call that returned only new positions' routes (routes_start > 0) is kept as it came."""
     prompt_len: int
     digest: bytes
     result: Any  # the GenerateResult without its routes
@@ -237,7 +238,8 @@ class LoggedCall:
     def of(cls, prompt, res, previous: np.ndarray | None) -> "LoggedCall":
         routes = np.asarray(res.routed_experts)
         shared = 0
-        if previous is not None and previous.shape[1:] == routes.shape[1:]:
+        if previous is not None and previous.shape[1:] == routes.shape[1:] \
+                and not res.routes_start:
             shared = min(len(previous), len(routes))
         changed = np.flatnonzero(np.any(previous[:shared] != routes[:shared],
                                         axis=tuple(range(1, routes.ndim)))) if shared else \

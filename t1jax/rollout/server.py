@@ -1,6 +1,6 @@
 """A JaxEngine behind SGLang's native HTTP API (/generate, /update_weights_from_disk, /health,
-/get_model_info, /flush_cache, /pause_generation, /continue_generation), so the fleet client and
-the trainer treat our engine and SGLang alike.
+/model_info, /server_info (and their deprecated /get_ paths), /flush_cache, /pause_generation,
+/continue_generation), so the fleet client and the trainer treat our engine and SGLang alike.
 
 SGLang's semantics, emulated (SGLang 0.5.23; paths under sglang/srt/): the model's
 eos_token_id (config.json) ends a sample as stop_token_ids do, and `ignore_eos` disables both
@@ -71,6 +71,7 @@ class EngineService:
         self._cv = threading.Condition()  # guards the queue and the paused flag
         self._queue: list[_Job] = []
         self.paused = False  # set by /pause_generation, cleared by /continue_generation
+        self.route_rows = {"route_rows_sent": 0, "route_rows_whole": 0}
         threading.Thread(target=self._worker, daemon=True).start()
 
     def generate(self, prompts, sampling, session_ids=None) -> list[GenerateResult | None]:
@@ -160,10 +161,21 @@ class EngineService:
                 "weight_version": self.engine.weight_version}
 
     def server_info(self) -> dict:
-        """SGLang's /get_server_info carries server args and internal states; ours, the
-        engine's counters (requests run, session prefix hits) that tests and operators read."""
+        """SGLang's /server_info carries server args and internal states; ours, the engine's
+        counters (requests run, session prefix hits, route rows sent) that tests and operators
+        read, and that seeds are honoured (SGLang's enable_deterministic_inference)."""
         return {"model_path": self.model_path, "weight_version": self.engine.weight_version,
-                "internal_states": [dict(self.engine.stats)]}
+                # a seed gives the same sample whatever else shares the batch (JaxEngine)
+                "enable_deterministic_inference": True,
+                "internal_states": [{**self.engine.stats, **self.route_rows}]}
+
+    def count_routes(self, prompt_len: int, result: GenerateResult, start: int) -> None:
+        """Route rows sent, and what whole-sequence routes would have sent (the wire cost a
+        multi-turn trial saves by asking only for new positions: routed_experts_start_len)."""
+        whole = prompt_len + len(result.output_ids) - 1
+        with self._cv:
+            self.route_rows["route_rows_sent"] += whole - start
+            self.route_rows["route_rows_whole"] += whole
 
 
 def make_handler(service: EngineService):
@@ -261,9 +273,13 @@ def make_handler(service: EngineService):
                 results = service.generate(prompts, sampling, [key] * len(prompts))
             except ValueError as err:  # the engine's checks: prompt length / bucket
                 raise BadRequest("input_ids", str(err)) from None
-            out = [to_response(p, r, logprob, routes, rid, opts["routed_experts_start_len"])
+            start = opts["routed_experts_start_len"]
+            out = [to_response(p, r, logprob, routes, rid, start)
                    if r is not None else aborted_response(p, rid)
                    for p, r, rid in zip(prompts, results, rids)]
+            for p, r in zip(prompts, results):
+                if routes and r is not None:
+                    service.count_routes(len(p), r, start)
             self._send(200, out if batched else out[0])
 
         def _update(self):

@@ -11,7 +11,7 @@ move. The key is also sent as SGLang's `routing_key` field and the `X-SMG-Routin
 an SGLang model gateway in front.
 
 Routes: their shape and which layers are dense come from the model's own config (the HF
-config.json the trainer loads), never from the server: real SGLang's /get_model_info reports
+config.json the trainer loads), never from the server: real SGLang's /model_info reports
 neither, and it reports dense layers' routes as expert 0. Every route is checked (range, k
 distinct experts per token) before it can be replayed: an all-zero capture from a server started
 without --enable-return-routed-experts, or one overwritten by a draft model, is an error naming
@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import http.client
 import json
+import logging
 import socket
 import threading
 import urllib.parse
@@ -67,10 +68,19 @@ def _sampling_dict(p: SamplingParams) -> dict:
 
 def generate_body(prompt_ids, sampling: SamplingParams, routing_key: str | None = None,
                   rid: str | None = None) -> dict:
-    """The /generate body FleetClient sends (SGLang's GenerateReqInput fields)."""
+    """The /generate body FleetClient sends (SGLang's GenerateReqInput fields). Routes only
+    from sampling.routes_from on (routed_experts_start_len): the positions a trial does not
+    hold yet. SGLang aborts a request whose start is past the prompt, so that is refused
+    here, by name."""
+    if sampling.routes_from > len(prompt_ids):
+        raise RolloutError(f"routes_from={sampling.routes_from} is past the prompt's "
+                           f"{len(prompt_ids)} tokens (SGLang's routed_experts_start_len must "
+                           "be at most the prompt's length)")
     body = {"input_ids": [int(t) for t in prompt_ids], "sampling_params": _sampling_dict(sampling),
             "return_logprob": True, "return_routed_experts": True,
             "rid": rid or uuid.uuid4().hex}
+    if sampling.routes_from:
+        body["routed_experts_start_len"] = int(sampling.routes_from)
     if routing_key is not None:
         body["routing_key"] = str(routing_key)
     return body
@@ -150,6 +160,8 @@ class FleetClient:
         self.published: tuple[Path, str] | None = None  # (checkpoint, version) last published
         self.failures: list[tuple[str, str]] = []  # (server, error type) of failed attempts
         self._lock = threading.Lock()
+        self._seed_checked: set[str] = set()  # servers asked whether they honour seeds
+        self._seed_lock = threading.Lock()
 
     # -- HTTP --------------------------------------------------------------------------------
 
@@ -214,6 +226,9 @@ class FleetClient:
     def generate(self, prompt_ids: list[int], sampling: SamplingParams,
                  routing_key: str | None = None) -> GenerateResult:
         """One complete sample, from the key's server or (after a failure) another one."""
+        if sampling.seed is not None and len(self._seed_checked) < len(self.urls):
+            with self._seed_lock:
+                self.check_seeds_honoured()
         errors = []
         for attempt in range(self.retries + 1):
             rid = f"{uuid.uuid4().hex}-{attempt}"  # a retry is a new request
@@ -292,22 +307,57 @@ class FleetClient:
         if len(ids) > sampling.max_new_tokens:
             raise RolloutError(f"{url}: {len(ids)} tokens > max_new_tokens")
         layers, k = self.layout.layers, self.layout.k
-        rows = len(prompt_ids) + len(ids) - 1
+        start = sampling.routes_from  # SGLang's reply does not echo it: what was asked for
+        rows = len(prompt_ids) + len(ids) - 1 - start
         routes = np.frombuffer(raw, dtype="<i4")
         if routes.size != rows * layers * k:
             raise RolloutError(f"{url}: routed_experts has {routes.size} entries, expected "
-                               f"[{rows}, {layers}, {k}] = {rows * layers * k} (layers and k "
+                               f"[{rows}, {layers}, {k}] = {rows * layers * k} (positions "
+                               f"{start} .. {len(prompt_ids) + len(ids) - 1}; layers and k "
                                "from the model's config)")
         routes = self.layout.check(routes.reshape(rows, layers, k), url)
-        return GenerateResult(ids, logprobs, routes, finish, str(meta.get("weight_version", "")))
+        return GenerateResult(ids, logprobs, routes, finish, str(meta.get("weight_version", "")),
+                              routes_start=start)
 
     # -- weights -----------------------------------------------------------------------------
 
-    def model_info(self, url: str) -> dict:
-        status, info = self._call(url, "GET", "/get_model_info")
+    def _info(self, url: str, name: str) -> dict:
+        """GET /<name> (SGLang >= 0.5.23; its /get_<name> warns on every call that it is
+        deprecated), or /get_<name> from a server that lacks the new path."""
+        for path in (f"/{name}", f"/get_{name}"):
+            status, info = self._call(url, "GET", path, timeout=min(self.timeout_s, 30.0))
+            if status != 404:
+                break
         if status != 200:
-            raise RolloutError(f"{url}/get_model_info: HTTP {status}: {info}")
+            raise RolloutError(f"{url}{path}: HTTP {status}: {info}")
         return info
+
+    def model_info(self, url: str) -> dict:
+        return self._info(url, "model_info")
+
+    def server_info(self, url: str) -> dict:
+        return self._info(url, "server_info")
+
+    def check_seeds_honoured(self) -> list[str]:
+        """The servers that would ignore sampling_seed, each warned about once: SGLang honours
+        it only when started with --enable-deterministic-inference, and a seeded run that is
+        not seeded repeats nothing. Unreachable servers are skipped (asked again next time)."""
+        ignoring = []
+        for url in self.urls:
+            if url in self._seed_checked:
+                continue
+            try:
+                info = self.server_info(url)
+            except (RolloutError, _ServerError, *_FAILOVER):
+                continue
+            self._seed_checked.add(url)
+            if not info.get("enable_deterministic_inference", False):
+                ignoring.append(url)
+                logging.warning(
+                    "%s does not report enable_deterministic_inference: it ignores "
+                    "sampling_seed, so seeded trials are not seeded and a rerun will not "
+                    "repeat. Start SGLang with --enable-deterministic-inference", url)
+        return ignoring
 
     def publish_weights(self, model, shared_dir, version: str) -> Path:
         """export_hf(model) to <shared_dir>/weights_<version>, then load_weights. Returns the

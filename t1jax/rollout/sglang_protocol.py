@@ -31,9 +31,11 @@ _SAMPLING_KEYS = {"temperature": float, "top_p": float, "top_k": int, "max_new_t
 # accepted and honoured as SGLang does; with no text output, the text-shaping ones change nothing
 _SAMPLING_FLAGS = ("ignore_eos", "no_stop_trim", "skip_special_tokens",
                    "spaces_between_special_tokens")
-# GenerateReqInput fields that only change what a served request returns or logs; the ones
-# sglang-router (smg) 1.13 fills in on every request it forwards are among them
-_OFF_ONLY = ("stream", "return_text_in_logprobs", "background", "return_bytes", "return_entropy")
+# GenerateReqInput fields that only change what a served request returns or logs, accepted
+# off and refused by name on; the ones sglang-router (smg) 1.13 fills in on every request it
+# forwards are among them, and return_hidden_states, which sglang-router 0.3.2 adds
+_OFF_ONLY = ("stream", "return_text_in_logprobs", "background", "return_bytes", "return_entropy",
+             "return_hidden_states")
 _BODY_KEYS = {"input_ids", "sampling_params", "return_logprob", "return_routed_experts", "rid",
               "routing_key", "logprob_start_len", "routed_experts_start_len", "top_logprobs_num",
               "model", "log_metrics", "no_logs", *_OFF_ONLY}

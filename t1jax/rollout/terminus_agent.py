@@ -241,8 +241,9 @@ class _TerminusHarness:
         self.fresh, self.repair = False, repair
         chunk = self.chunks[-1]
         prompt = list(chunk.tokens)
-        res = engine.generate([prompt], params)[0]
-        chunk.routes.add(len(prompt), res)
+        res = engine.generate([prompt], dataclasses.replace(
+            params, routes_from=chunk.routes.routes_from(prompt)))[0]
+        chunk.routes.add(prompt, res)
         chunk.prompts.append(prompt)
         sampled = [int(t) for t in res.output_ids]
         if len(sampled) != len(res.output_logprobs):
@@ -332,7 +333,7 @@ def _assemble(chunks, prompt_len, records, versions, counts, finish, n_calls,
               n_parse, compactions) -> TerminusTrajectory:
     """Concatenate the chunks and audit each: sampled ids must sit unchanged where sampled."""
     tokens, mask, lps, routes, starts = [], [], [], [], []
-    report, drift, turn = AuditReport(), 0, 0
+    report, drift, compared, turn = AuditReport(), 0, 0, 0
     for chunk in chunks:
         base = len(tokens)
         starts.append(base)
@@ -351,6 +352,7 @@ def _assemble(chunks, prompt_len, records, versions, counts, finish, n_calls,
         lps += chunk.lps
         routes.append(rows)
         drift += chunk.routes.drift
+        compared += chunk.routes.compared
     if not report.ok:
         raise RolloutError(f"TITO audit failed: {report.errors[:3]}")
     return TerminusTrajectory(
@@ -358,4 +360,5 @@ def _assemble(chunks, prompt_len, records, versions, counts, finish, n_calls,
         prompt_len=prompt_len, turns=sum(not r.summary for r in records), tool_calls=n_calls,
         finish=finish, records=records, audit=report, weight_versions=versions,
         route_drift=drift, chunk_starts=starts, compactions=compactions,
+        route_compared=compared,
         repairs={c: counts.get(c, 0) for c in REPAIR_CASES}, parse_errors=n_parse)

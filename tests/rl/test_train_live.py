@@ -134,6 +134,10 @@ def test_live_ppo_through_a_server_fleet(docker_backend, tmp_path, via_router):
         samples = load_samples(tmp_path / "rollouts" / "step_00000")
         later_turns = sum(int(s.metadata["turns"]) for s in samples) - len(samples)
         assert 0 < stats["session_hits"] <= later_turns  # a trial's turns stay on its row
+        # each position's routes crossed the wire once per trial (routed_experts_start_len):
+        # at most a row per sampled token, fewer than whole-sequence routes every turn
+        assert 0 < stats["route_rows_sent"] <= sum(len(s.tokens) - 1 for s in samples)
+        assert stats["route_rows_sent"] < stats["route_rows_whole"]
         assert client.model_info(url)["weight_version"] == "1"
         assert (tmp_path / "published" / "weights_1" / "config.json").is_file()
         samples = load_samples(tmp_path / "rollouts" / "step_00000")

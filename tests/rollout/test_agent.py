@@ -43,10 +43,13 @@ class ScriptedEngine:
 
     weight_version = "scripted"
 
-    def __init__(self, tok, texts, bad_routes=False, repeat_last=False, shift_routes=False):
+    def __init__(self, tok, texts, bad_routes=False, repeat_last=False, shift_routes=False,
+                 incremental=False):
         self.tok, self.texts, self.bad, self.repeat = tok, list(texts), bad_routes, repeat_last
         self.shift = shift_routes  # each call routes every position differently
+        self.incremental = incremental  # honour routes_from, as a fleet does
         self.prompts: list[list[int]] = []
+        self.rows_sent = 0
 
     def generate(self, prompts, sampling):
         (prompt,) = prompts
@@ -56,7 +59,10 @@ class ScriptedEngine:
         rows = len(prompt) + len(ids) - 1 + (1 if self.bad else 0)
         routes = (np.arange(rows * LAYERS * K) % 7).reshape(rows, LAYERS, K).astype(np.int32)
         routes += (len(self.prompts) - 1) * self.shift
-        return [GenerateResult(ids, [-0.5] * len(ids), routes, FINISH_STOP, self.weight_version)]
+        start = sampling.routes_from if self.incremental else 0
+        self.rows_sent += len(routes) - start
+        return [GenerateResult(ids, [-0.5] * len(ids), routes[start:], FINISH_STOP,
+                               self.weight_version, routes_start=start)]
 
     def load_weights(self, params_state, version):
         raise NotImplementedError
@@ -109,6 +115,33 @@ def check_record(traj, engine_prompts):
     assert (np.asarray(traj.loss_mask) == want).all()
     assert sum(traj.loss_mask) == comp_len
     assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask) if not m)
+
+
+@pytest.mark.slow
+def test_each_position_s_routes_are_asked_for_once(tok, task, env):
+    """An engine that returns only the positions a call asks for (routes_from, a fleet's
+    routed_experts_start_len) gives the same record as one that returns them all, with every
+    position's routes sent once per trial (linear in its tokens, not in turns x tokens);
+    nothing is compared, so no drift can be claimed (rollout/route_drift is then NaN)."""
+    from t1jax.rl.metrics import sample_stats
+    texts = ["Let me look.\n" + render_tool_call("ls /app/logs"), render_tool_call(SOLVE),
+             "The report is written."]
+    backend, make, _ = env
+    trajs, engines = [], []
+    for incremental in (False, True):
+        engines.append(ScriptedEngine(tok, texts, incremental=incremental))
+        with make() as box:
+            trajs.append(run_agent_episode(task, engines[-1], tok, box, sampling=SAMPLING,
+                                           max_tokens=8192))
+    whole, once = trajs
+    assert whole.tokens == once.tokens and np.array_equal(whole.routes, once.routes)
+    assert whole.route_compared > 0 and once.route_compared == 0
+    assert whole.route_drift == once.route_drift == 0
+    assert engines[1].rows_sent == len(engines[1].prompts[-1]) + once.records[-1].sampled - 1
+    assert engines[0].rows_sent > 2 * engines[1].rows_sent  # three turns, each from 0
+    stats = [sample_stats([make_sample(t, None, "t", 0)])["rollout/route_drift"]
+             for t in trajs]
+    assert stats[0] == 0 and np.isnan(stats[1])
 
 
 @pytest.mark.slow

@@ -150,7 +150,7 @@ def test_trials_through_the_batching_engine_replay_each_route_once(model):
                 perturbed = jax.tree.map(lambda x: x * 1.5, nnx.state(model, nnx.Param))
                 engine.load_weights(perturbed, "1")
             res = generate_in_session(engine, [prompt], SAMPLED, "7/task/0")[0]
-            routes.add(len(prompt), res)
+            routes.add(prompt, res)
             calls.append(res.routed_experts)
             prompt = prompt + res.output_ids + OBSERVATIONS[turn % 2]
         return routes, calls

@@ -5,6 +5,7 @@ non-duplicated results. The server processes are shared by the module and always
 """
 
 import base64
+import dataclasses
 import http.client
 import json
 import os
@@ -136,6 +137,13 @@ def test_http_results_equal_in_process_engine(client, engine, servers):
         assert_same(got, w)  # concurrent requests, batched together by the servers
     seeded = SamplingParams(temperature=0.9, top_k=40, max_new_tokens=5, seed=11)
     assert_same(client.generate(PROMPTS[0], seeded), engine.generate([PROMPTS[0]], seeded)[0])
+    # only the positions a trial lacks: routed_experts_start_len on the wire, the rest equal
+    later = dataclasses.replace(GREEDY, routes_from=3)
+    got = client.generate(PROMPTS[0], later)
+    assert got.routes_start == 3 and got.output_ids == want[0].output_ids
+    np.testing.assert_array_equal(got.routed_experts, want[0].routed_experts[3:])
+    with pytest.raises(RolloutError, match="routes_from=99 is past the prompt"):
+        client.generate(PROMPTS[0], dataclasses.replace(GREEDY, routes_from=99))
 
 
 @pytest.mark.slow
@@ -376,3 +384,41 @@ def test_failover_when_a_server_dies_mid_run(client, servers, engine, tmp_path):
     nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(RolloutError, match="no live server"):
         FleetClient([nobody], LAYOUT, timeout_s=2).publish_weights(engine.model, tmp_path, "9")
+
+
+def test_a_server_that_ignores_seeds_is_named(servers, caplog):
+    """SGLang honours sampling_seed only with --enable-deterministic-inference: a server whose
+    /server_info does not report it is named in a warning, once; ours reports it (a JaxEngine
+    seed gives the same sample whatever shares the batch). A server with only the deprecated
+    /get_server_info path is still asked."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class OldSGLang(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            found = self.path == "/get_server_info"
+            body = json.dumps({"enable_deterministic_inference": False} if found
+                              else {"detail": "Not Found"}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    http_server = ThreadingHTTPServer(("127.0.0.1", 0), OldSGLang)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    old = f"http://127.0.0.1:{http_server.server_address[1]}"
+    try:
+        ours = [u for u, _ in servers]
+        client = FleetClient([*ours, old], LAYOUT, timeout_s=30)
+        with caplog.at_level("WARNING"):
+            assert client.check_seeds_honoured() == [old]
+            assert client.check_seeds_honoured() == []  # each server asked once
+        warned = [r.getMessage() for r in caplog.records if "sampling_seed" in r.getMessage()]
+        assert len(warned) == 1 and old in warned[0]
+        assert "--enable-deterministic-inference" in warned[0]
+    finally:
+        http_server.shutdown()

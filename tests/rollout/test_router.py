@@ -202,3 +202,30 @@ def test_episodes_through_the_router(fleet, tmp_path):
         assert res.weight_version == "1"
         assert_same(res, engine.generate([p], GREEDY)[0])
         i += 1
+
+
+def test_an_old_router_that_drops_routes_is_named(fleet, tmp_path):
+    """sglang-router 0.3.2 (before smg) forwards /generate without return_routed_experts and
+    adds return_hidden_states: false to every body. Our worker serves it (false changes
+    nothing), and the client names the router and the dropped field instead of training on a
+    reply without routes; again and again, never another error."""
+    from t1jax.rollout.sglang import RolloutError
+    _, workers, _, _ = fleet
+    port = free_port()
+    log = tmp_path / "old_router.log"
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    router = subprocess.Popen(
+        [str(ROUTER_PY), "-m", "sglang_router.launch_router", "--worker-urls", workers[0][0],
+         "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
+         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
+        env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_router(url, router)
+        client = FleetClient([workers[0][0]], LAYOUT, timeout_s=60, retries=0, router=url)
+        for _ in range(3):
+            with pytest.raises(RolloutError, match="router in front that drops the field"):
+                client.generate([1, 2, 3], GREEDY, routing_key="episode")
+    finally:
+        router.kill()
+        router.wait()
