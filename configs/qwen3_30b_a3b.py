@@ -3,7 +3,8 @@ real scale: one 8-GPU trainer node, an SGLang rollout fleet, Docker hosts for th
 
   # 0. the fleet serves the base model with routed-expert capture (one server per GPU node)
   python -m sglang.launch_server --model-path /shared/Qwen3-30B-A3B \
-      --enable-return-routed-experts --enable-deterministic-inference --port 30000 --tp 8
+      --enable-return-routed-experts --enable-deterministic-inference --host 0.0.0.0 \
+      --port 30000 --tp 8
   # 1. the whole recipe: pool, oracle, SFT, Critic Warm-Up, PPO, evaluations, report
   python experiments/run.py --config configs/qwen3_30b_a3b.py --workdir /ckpt/q30b \
       --config.pool.dir=/data/pool --config.init.hf_path=/shared/Qwen3-30B-A3B \

@@ -9,7 +9,8 @@ is 16 more nodes, one SGLang server (TP 8) each:
 
   # 0. the fleet, on each of its 16 nodes
   python -m sglang.launch_server --model-path /shared/Qwen3.5-122B-A10B \
-      --enable-return-routed-experts --enable-deterministic-inference --port 30000 --tp 8
+      --enable-return-routed-experts --enable-deterministic-inference --host 0.0.0.0 \
+      --port 30000 --tp 8
   # 1. pool, oracle, SFT, Critic Warm-Up, PPO, evaluations (on the fleet), report
   python experiments/run.py --config configs/t1_qwen35_122b.py --workdir /ckpt/t1 \
       --config.pool.dir=/data/pool --config.init.hf_path=/shared/Qwen3.5-122B-A10B \

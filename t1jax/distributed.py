@@ -64,7 +64,22 @@ def initialize(environ=None) -> bool:
         return False
     import jax
     jax.distributed.initialize(**args)
+    _orbax_barriers_through_the_coordinator()
     return True
+
+
+def _orbax_barriers_through_the_coordinator() -> None:
+    """Orbax's barriers through the coordination service, not XLA collectives
+    (`sync_global_devices`): an async save runs them on its own thread while the trainer's
+    step runs its collectives on the main one, and processes that meet two collectives in
+    different orders hang (once seen on CI: a 2-process main job stopped between two
+    evaluations). Its flag is read at each barrier; unparsed (a script outside absl.app),
+    Orbax keeps its default."""
+    from absl import flags
+
+    import orbax.checkpoint  # noqa: F401 - defines the flag
+    if flags.FLAGS.is_parsed():
+        flags.FLAGS.experimental_orbax_use_distributed_barrier = True
 
 
 def process_index() -> int:

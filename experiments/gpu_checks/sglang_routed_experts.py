@@ -7,8 +7,10 @@ Run on a GPU host with SGLang installed (no internet needed), from the repositor
 It exits 0 with "SKIP: ..." when SGLang is not installed or there is no CUDA GPU. Otherwise:
   1. builds t1jax's tiny random Qwen3-MoE (configs/model/tiny.py, 4 layers, layer 0 dense,
      top-2 of 16 experts) and writes it with `export_hf` (plus a tokenizer.json);
-  2. launches `python -m sglang.launch_server --model-path DIR --enable-return-routed-experts`
-     (the flag spelling is read from the installed version's `--help`) and waits for /health;
+  2. launches BUILD.md's line, `python -m sglang.launch_server --model-path DIR
+     --enable-return-routed-experts --enable-deterministic-inference --host H --port P --tp 1`
+     (t1jax.rollout.sglang.launch_command; the routed-experts flag's spelling is read from the
+     installed version's `--help`), with no other flag, and waits for /health;
   3. generates through FleetClient, the trainer's own path (the body of
      t1jax.rollout.sglang.generate_body: input_ids, greedy sampling_params with max_new_tokens
      16, return_logprob, return_routed_experts, rid, routing_key), which decodes
@@ -121,7 +123,7 @@ def wait_healthy(base: str, proc: subprocess.Popen, log: Path, timeout: float) -
 
 
 def weight_version_of(base: str) -> str | None:
-    for path in ("/get_weight_version", "/get_model_info", "/get_server_info"):
+    for path in ("/model_info", "/get_weight_version", "/get_model_info", "/server_info"):
         try:
             status, info = http(f"{base}{path}", timeout=30)
         except (OSError, urllib.error.URLError):
@@ -164,7 +166,7 @@ def main() -> int:
     from t1jax.model.transformer import CausalLM
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.jax_engine import JaxEngine
-    from t1jax.rollout.sglang import FleetClient, RouteLayout
+    from t1jax.rollout.sglang import FleetClient, RouteLayout, launch_command
     from t1jax.rollout.tokenizer import train_tokenizer
 
     import sglang
@@ -202,13 +204,10 @@ def main() -> int:
         return 1
     port = args.port or free_port()
     base = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(dir0),
-           routed_flag, "--port", str(port), "--host", "127.0.0.1", "--dtype", args.dtype,
-           "--mem-fraction-static", "0.3"]
-    for flag, extra in (("--skip-tokenizer-init", []), ("--disable-cuda-graph", []),
-                        ("--weight-version", ["0"]), ("--skip-server-warmup", [])):
-        if flag in help_text:
-            cmd += [flag, *extra]
+    # BUILD.md's launch line itself (t1jax.rollout.sglang.launch_command), nothing added: the
+    # folder holds the weights in args.dtype, config.json and the tokenizer, as a publish does
+    cmd = [sys.executable, *launch_command(dir0, port=port, host="127.0.0.1",
+                                           routed_flag=routed_flag)]
     log = tmp / "server.log"
     print("launch:", " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,

@@ -215,12 +215,29 @@ def local_model(model):
     return nnx.merge(graphdef, local_params(params))
 
 
-def publish_weights(client, model, weights_dir: Path, version) -> Path:
-    """The policy as HF safetensors on a disk the fleet shares, loaded by every live server.
-    Every process of a multi-process job calls it: each writes its shards (export_hf), process
-    0 has the servers load them, and every process learns which servers confirmed (each plays
-    its own trials through its own client: none may send them to a server left on older
-    weights) or the error, raised on all. Returns the checkpoint folder."""
+# what a model folder holds besides weights and config.json for a server to load it whole
+# (SGLang reads the tokenizer and chat template from --model-path unless told not to)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json")
+
+
+def tokenizer_files(config) -> list[Path]:
+    """The model's tokenizer and chat-template files: those beside config.rollouts.tokenizer,
+    else in config.init.hf_path (none for a tokenizer of our own: the tiny model's)."""
+    r, init = config.rollouts, config.get("init") or {}
+    folder = (Path(r.tokenizer).parent if r.get("tokenizer", "") else
+              Path(init.get("hf_path", "")) if init and init.get("hf_path", "") else None)
+    return [] if folder is None else [folder / n for n in TOKENIZER_FILES
+                                      if (folder / n).is_file()]
+
+
+def publish_weights(client, model, weights_dir: Path, version, extra_files=()) -> Path:
+    """The policy as HF safetensors on a disk the fleet shares, loaded by every live server,
+    with `extra_files` (tokenizer_files: the folder is then a whole model a server can be
+    started on). Every process of a multi-process job calls it: each writes its shards
+    (export_hf), process 0 has the servers load them, and every process learns which servers
+    confirmed (each plays its own trials through its own client: none may send them to a
+    server left on older weights) or the error, raised on all. Returns the checkpoint folder."""
     from t1jax import distributed
     from t1jax.model.hf_io import export_hf
     from t1jax.rollout.sglang import RolloutError
@@ -228,6 +245,8 @@ def publish_weights(client, model, weights_dir: Path, version) -> Path:
     path = export_hf(model, weights_dir / f"weights_{version}").resolve()
     outcome = None
     if distributed.is_main():
+        for extra in extra_files:
+            shutil.copyfile(extra, path / Path(extra).name)
         try:
             client.load_weights(path, version)
             outcome = ("ok", sorted(client.live))
@@ -307,7 +326,8 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
         previous = []  # what this job published last: once replaced, no server reads it
 
         def publish_to_fleet(trainer, version):
-            path = publish_weights(engine.client, trainer.actor_model(), weights_dir, version)
+            path = publish_weights(engine.client, trainer.actor_model(), weights_dir, version,
+                                   tokenizer_files(config))
             if previous and previous[-1] != path and distributed.is_main():
                 shutil.rmtree(previous.pop(), ignore_errors=True)
             previous[:] = [path]

@@ -16,10 +16,10 @@ and the training stages resume from their checkpoints, so re-running the same co
 an interruption continues where it stopped.
 
 As several processes (experiments/launch_local.py, or one per host of a pod; the workdir on a
-disk they all see): process 0 writes the pool and the oracle's verdicts, builds the SFT data,
-plays the evaluations and writes every record; all of them train SFT, Warm-Up and PPO over one
-global mesh and each plays its share of the live rollouts (t1jax/rollout/source.py). The others
-wait at a rendezvous (t1jax/distributed.py) after each phase and evaluation.
+disk they all see): process 0 writes the pool and the oracle's verdicts, builds the SFT data
+and writes every record; all of them train SFT, Warm-Up and PPO over one global mesh and each
+plays its share of the live rollouts (t1jax/rollout/source.py) and of every evaluation's
+trials. They meet at a rendezvous (t1jax/distributed.py) after each phase.
 """
 
 from __future__ import annotations
@@ -377,7 +377,8 @@ class Recipe:
                 if json.loads(record.read_text())["id"] != done_id(self.workdir / label):
                     stale.append(f"{folder} (an evaluation of another {label})")
             elif any((folder / name).is_file()
-                     for name in ("summary.json", "trials.jsonl", "trials.jsonl.partial")):
+                     for name in ("summary.json", "trials.jsonl", "trials.jsonl.partial")) \
+                    or any(folder.glob("trials.p*.jsonl.partial")):
                 stale.append(f"{folder}{unknown}")
         if stale:
             raise UsageError(
@@ -650,10 +651,11 @@ class Recipe:
         """Evaluation of `policy` (a CausalLM) on the test (held-out) or validation split, k
         attempts per task. Every label samples with one seed (eval_seed): a rerun repeats,
         and base / SFT / PPO meet the same random numbers per (task, attempt, turn), so their
-        differences are paired. Every process calls it; process 0 plays every trial while the
-        others wait (None on them): from its own whole copy of the policy (embedded engine),
-        or on the fleet, to which every process first publishes its shards of the policy
-        (`served`: a fleet engine already holding it, PPO's live one)."""
+        differences are paired. Every process calls it and plays every N-th (task, attempt),
+        in its own sandboxes: from its own whole copy of the policy (embedded engine), or on
+        the fleet through its own client, after every process has published its shards of the
+        policy (`served`: a fleet engine already holding it, PPO's live one); process 0 writes
+        the evaluation's files from everyone's rows (None on the others)."""
         out = self.eval_dir(label, split)
         if (out / "summary.json").is_file():
             return _played(json.loads((out / "summary.json").read_text()), out)
@@ -663,22 +665,17 @@ class Recipe:
             if engine is None:
                 engine, published = self._fleet_holding(policy, f"eval-{split}-{label}")
         else:
-            policy = build.local_model(policy)  # an allgather in a multi-process job
-        if not distributed.is_main():
-            distributed.rendezvous("recipe/evaluate")
-            return None
-        if self.config.rollouts.engine != "fleet":
             from t1jax.rollout.batching import embedded_engine
+            policy = build.local_model(policy)  # an allgather in a multi-process job
             engine = embedded_engine(policy, max_batch=self.config.rollouts.engine_batch,
                                      max_len=self.config.rl.max_length)
         try:
             summary = self._play_evaluation(label, split, engine, out,
                                             policy.model.cfg.max_position_embeddings)
         finally:
-            if published is not None:  # loaded by the servers: the folder is spent
+            if published is not None and distributed.is_main():  # loaded: the folder is spent
                 shutil.rmtree(published, ignore_errors=True)
-        distributed.rendezvous("recipe/evaluate")
-        return _played(summary, out)
+        return None if summary is None else _played(summary, out)
 
     def _fleet_holding(self, policy, version: str):
         """(a FleetEngine whose servers hold `policy` as `version`, the published folder).
@@ -687,7 +684,8 @@ class Recipe:
         r = self.config.rollouts
         client = build.fleet_client(r, policy.model.cfg)
         weights_dir = Path(r.weights_dir) if r.weights_dir else self.workdir / "published"
-        path = build.publish_weights(client, policy, weights_dir, version)
+        path = build.publish_weights(client, policy, weights_dir, version,
+                                     build.tokenizer_files(self.config))
         return FleetEngine(client, self.config.rl.max_length), path
 
     def _play_evaluation(self, label: str, split: str, engine, out: Path,
@@ -699,6 +697,8 @@ class Recipe:
         tasks = self.split("heldout") if split == "test" else self.split("validation")
         name = label if split == "test" else f"{split}_{label}"
         c = self.config
+        me, processes = distributed.process_index(), distributed.process_count()
+        played = len(range(me, len(tasks) * c.eval.attempts, processes))  # this one's share
         return evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
                         attempts=c.eval.attempts, harness="tools", limits=s.limits,
                         scale=s.scale, out_dir=out,
@@ -712,9 +712,14 @@ class Recipe:
                         images=self.images, seed=self.eval_seed(),
                         context=context.from_config(c.rollouts, max_positions, c.rl.max_length),
                         progress=killing_progress(
-                            count_bar(self.bars, f"eval {name}: trials",
-                                      len(tasks) * c.eval.attempts, ("trial",)),
-                            f"eval_{name}", "trial", kind="trial"))
+                            count_bar(self.bars, f"eval {name}: trials", played, ("trial",)),
+                            f"eval_{name}", "trial", kind="trial"),
+                        # each process reaps only its own sandboxes
+                        run_id=(f"recipe-eval-{self.workdir.name}-{name}-p{me}"
+                                if processes > 1 else None),
+                        share=(me, processes),
+                        gather=(None if processes == 1 else lambda rows: distributed.
+                                exchange_objects(f"eval/{split}/{label}", rows)))
 
     def final_evals(self) -> None:
         from t1jax.checkpoint import has_checkpoint

@@ -15,6 +15,8 @@ t1jax.model.linear_attention): `q_proj` holds each head's query then its output 
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import functools
 import json
 from pathlib import Path
@@ -245,6 +247,16 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
     def part(n: int) -> str:  # renamed once the number of shards is known
         return f"part-{n:05d}.safetensors.tmp"
 
+    # a shard is written on a thread while the next one's tensors are converted (numpy and
+    # safetensors release the GIL): at most two shards in memory
+    writer, pending = concurrent.futures.ThreadPoolExecutor(1, "export_hf"), None
+
+    def save(tensors: dict, name: str) -> None:
+        nonlocal pending
+        if pending is not None:
+            pending.result()
+        pending = writer.submit(save_file, tensors, str(path / name), metadata={"format": "pt"})
+
     shards, current, size, stored_dtype = [[]], {}, 0, None
     for key, value in _hf_tensors(cfg, get):
         value = np.ascontiguousarray(value if dtype is None else value.astype(jnp.dtype(dtype)))
@@ -253,7 +265,7 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
             key = "model.language_model." + key[len("model."):]
         if shards[-1] and size + value.nbytes > max_shard_bytes:
             if (len(shards) - 1) % processes == me:
-                save_file(current, str(path / part(len(shards) - 1)), metadata={"format": "pt"})
+                save(current, part(len(shards) - 1))
             shards.append([])
             current, size = {}, 0
         shards[-1].append((key, value.nbytes))
@@ -261,7 +273,10 @@ def export_hf(model: nnx.Module, path, dtype: str | None = None,
         if (len(shards) - 1) % processes == me:  # the others only count its bytes
             current[key] = value
     if (len(shards) - 1) % processes == me:
-        save_file(current, str(path / part(len(shards) - 1)), metadata={"format": "pt"})
+        save(current, part(len(shards) - 1))
+    if pending is not None:
+        pending.result()
+    writer.shutdown()
     del current
     names = (["model.safetensors"] if len(shards) == 1 else
              [f"model-{n:05d}-of-{len(shards):05d}.safetensors" for n in range(1, len(shards) + 1)])
@@ -327,23 +342,35 @@ def _fused(cfg: ModelConfig, name: str, get) -> np.ndarray | None:
     return None
 
 
+def _transposed(m: np.ndarray, rows: int = 16) -> np.ndarray:
+    """m.T as a contiguous copy, `rows` input rows at a time, as unsigned integers of the
+    same width: numpy's one-pass transposed copy strides through memory, and bf16 is not a
+    native type; 2.4x faster here (BENCHMARKS.md, "Weight publish")."""
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(m.dtype.itemsize)
+    src = m.view(bits) if bits is not None and m.flags.c_contiguous else m
+    out = np.empty(m.shape[::-1], src.dtype)
+    for i in range(0, m.shape[0], rows):
+        out[:, i:i + rows] = src[i:i + rows].T
+    return out.view(m.dtype)
+
+
 def _from_ours(ours: np.ndarray, hf_keys: list[str], cfg: ModelConfig) -> list[np.ndarray]:
     """The inverse of each (unfused) conversion in `param_map`."""
     name = hf_keys[0]
     if ".experts." in name:
-        return [ours[e].T for e in range(ours.shape[0])]
+        return [_transposed(ours[e]) for e in range(ours.shape[0])]
     if name.endswith("in_proj_z.weight"):
-        return [ours.reshape(ours.shape[0], -1).T]
+        return [_transposed(ours.reshape(ours.shape[0], -1))]
     if name.endswith("out_proj.weight"):
-        return [ours.reshape(-1, ours.shape[-1]).T]
+        return [_transposed(ours.reshape(-1, ours.shape[-1]))]
     if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
-        return [ours.reshape(ours.shape[0], -1).T]
+        return [_transposed(ours.reshape(ours.shape[0], -1))]
     if name.endswith("o_proj.weight"):
-        return [ours.reshape(-1, ours.shape[-1]).T]
+        return [_transposed(ours.reshape(-1, ours.shape[-1]))]
     if name.endswith(("_proj.bias",)):
         return [ours.reshape(-1)]
     if ours.ndim == 2 and not name.endswith("embed_tokens.weight"):
-        return [ours.T]
+        return [_transposed(ours)]
     return [ours]
 
 

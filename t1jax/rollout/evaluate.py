@@ -131,7 +131,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
              internet_tasks: str = "skip", run_id: str | None = None,
              images: dict | None = None, save_samples: bool = True, context=None,
              seed: int | None = None, progress: Callable[[str, str], Any] | None = None,
-             tool_format: str = "qwen3_json") -> dict:
+             tool_format: str = "qwen3_json", share: tuple[int, int] = (0, 1),
+             gather: Callable[[list], list[list]] | None = None) -> dict | None:
     """Run `attempts` trials of every task (fresh sandbox each), verify, write trials.jsonl,
     summary.json, summary.md and samples/*.npz to out_dir; return the summary.
 
@@ -148,6 +149,11 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     call_seed(seed, task, attempt, i), so a rerun repeats and two policies evaluated with one
     seed are compared on the same random numbers (SeededCalls).
     progress(kind, what): kind "build" per task, "trial" per finished trial.
+    share=(i, n), gather: one of n processes playing every n-th (task, attempt) (each builds
+    the images of its own trials, runs its own sandboxes and engine); gather(rows) returns
+    every process's rows (each calls it), and process 0 writes the files and returns the
+    summary (None elsewhere). Seeds are per (task, attempt, turn), so a split plays the
+    trials one process would.
     """
     if harness not in HARNESSES:
         raise ValueError(f"harness {harness!r}; choose one of {HARNESSES}")
@@ -181,8 +187,10 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     if harness == "tools":  # Terminus-2 writes its own JSON commands, not tool calls
         episode_kwargs["tool_format"] = tool_format
 
+    pairs = [(t, a) for t in tasks for a in range(attempts)][share[0]::share[1]]
+    mine = {t.task_id for t, _ in pairs}
     skipped: dict[str, str] = {}
-    for task in tasks:  # builds are CPU-bound: one at a time
+    for task in [t for t in tasks if t.task_id in mine]:  # builds are CPU-bound: one at a time
         why = skip_reason(task, allow_network, internet_tasks)
         if why is None and task.task_id not in images:
             try:
@@ -272,16 +280,16 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         return row
 
     rows: list[dict] = []
-    for task in tasks:
+    for task, a in pairs:
         if task.task_id in skipped:
-            for a in range(attempts):
-                row = _base_row(task, a, label, harness)
-                row.update(status="skipped", skip_reason=skipped[task.task_id],
-                           failure_mode="skipped")
-                rows.append(row)
-    jobs = [(t, a) for t in tasks if t.task_id not in skipped for a in range(attempts)]
+            row = _base_row(task, a, label, harness)
+            row.update(status="skipped", skip_reason=skipped[task.task_id],
+                       failure_mode="skipped")
+            rows.append(row)
+    jobs = [(t, a) for t, a in pairs if t.task_id not in skipped]
     lock = threading.Lock()
-    partial = out_dir / "trials.jsonl.partial"
+    partial = out_dir / ("trials.jsonl.partial" if share[1] == 1
+                         else f"trials.p{share[0]}.jsonl.partial")
     try:
         with open(partial, "w") as live, \
                 ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool:
@@ -300,6 +308,13 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
             backend.reap(run_id)
         except Exception:  # noqa: BLE001
             pass
+    if gather is not None:  # every process's rows, on every process
+        for row in rows:
+            row["process"] = share[0]  # who played it: where its sandbox and log lines were
+        rows = [row for share_rows in gather(rows) for row in share_rows]
+        if share[0] != 0:
+            partial.unlink(missing_ok=True)
+            return None
     order = {t: i for i, t in enumerate(ids)}
     rows.sort(key=lambda r: (order[r["task_id"]], r["attempt"]))
     with open(out_dir / "trials.jsonl", "w") as f:

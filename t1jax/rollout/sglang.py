@@ -86,6 +86,18 @@ def generate_body(prompt_ids, sampling: SamplingParams, routing_key: str | None 
     return body
 
 
+def launch_command(model_path, *, port: int = 30000, host: str = "0.0.0.0", tp: int = 1,
+                   routed_flag: str = "--enable-return-routed-experts") -> list[str]:
+    """The SGLang server launch line BUILD.md documents, as argv after `python`: routes captured
+    for R3 and seeds honoured (--enable-deterministic-inference: without it SGLang ignores
+    sampling_seed), on a model folder as publish_weights writes it (weights, config.json and the
+    model's tokenizer files: SGLang loads the tokenizer from it). experiments/gpu_checks runs
+    exactly this, so a GPU day checks what users are told to run."""
+    return ["-m", "sglang.launch_server", "--model-path", str(model_path), routed_flag,
+            "--enable-deterministic-inference", "--host", host, "--port", str(port),
+            "--tp", str(tp)]
+
+
 @dataclasses.dataclass(frozen=True)
 class RouteLayout:
     """What a routed_experts capture must look like for one model: [*, layers, k] with experts
@@ -162,6 +174,10 @@ class FleetClient:
         self._lock = threading.Lock()
         self._seed_checked: set[str] = set()  # servers asked whether they honour seeds
         self._seed_lock = threading.Lock()
+        # a publish in progress aborts in-flight requests: they wait for it, then go again
+        self._publishing, self._published = threading.Event(), threading.Event()
+        self._published.set()
+        self.reissued = 0  # requests a publish aborted, sent again once it was over
 
     # -- HTTP --------------------------------------------------------------------------------
 
@@ -230,7 +246,8 @@ class FleetClient:
             with self._seed_lock:
                 self.check_seeds_honoured()
         errors = []
-        for attempt in range(self.retries + 1):
+        while len(errors) <= self.retries:  # a request our own publish aborted is no failure
+            attempt = len(errors)
             rid = f"{uuid.uuid4().hex}-{attempt}"  # a retry is a new request
             key = routing_key
             if self.router and errors and key is not None:
@@ -259,6 +276,11 @@ class FleetClient:
                                    f"{resp}")
             finish = ((resp or {}).get("meta_info") or {}).get("finish_reason") or {}
             if isinstance(finish, dict) and finish.get("type") == "abort":
+                if self._publishing.is_set():  # our publish aborted it: again on the new weights
+                    with self._lock:
+                        self.reissued += 1
+                    self._published.wait()
+                    continue
                 err = _ServerError(f"{url}/generate aborted request {rid}: "
                                    f"{finish.get('message', '')}")
                 errors.append((url, err))
@@ -375,10 +397,16 @@ class FleetClient:
         live = self.health_check()
         if not live:
             raise RolloutError("publish_weights: no live server")
-
-        with ThreadPoolExecutor(len(live)) as ex:
-            failed = [e for e in ex.map(lambda u: self._push(u, path, version), live) if e]
-        self.published = (path, version)  # also what a server coming back is given
+        self._published.clear()
+        self._publishing.set()
+        try:
+            with ThreadPoolExecutor(len(live)) as ex:
+                failed = [e for e in ex.map(lambda u: self._push(u, path, version, pause=True),
+                                            live) if e]
+            self.published = (path, version)  # also what a server coming back is given
+        finally:
+            self._publishing.clear()
+            self._published.set()
         if failed:
             raise RolloutError(f"publish_weights({version}) not confirmed by: " + "; ".join(failed))
         return path
@@ -390,10 +418,18 @@ class FleetClient:
             self.published = (Path(path).resolve(), str(version))
             self.live = set(urls) & set(self.urls)
 
-    def _push(self, url: str, path: Path, version: str) -> str | None:
-        """Load the checkpoint on one server and confirm its version; None, or what failed."""
+    def _push(self, url: str, path: Path, version: str, pause: bool = False) -> str | None:
+        """Load the checkpoint on one server and confirm its version; None, or what failed.
+        pause: first /pause_generation with mode abort, so the reload waits for no generation
+        in flight (SGLang's otherwise waits for all of them: a long one holds the publish up to
+        the timeout); the requests it aborts are re-issued by their clients once the publish
+        is over (this client's wait for it: `generate`), whole, on the new weights, never
+        resumed across versions; /continue_generation afterwards, whatever happened."""
         error = None
+        paused = False
         try:
+            if pause:
+                paused = self._call(url, "POST", "/pause_generation", {"mode": "abort"})[0] == 200
             status, resp = self._call(url, "POST", "/update_weights_from_disk",
                                       {"model_path": str(path), "weight_version": version})
             if status != 200 or not (resp or {}).get("success"):
@@ -402,6 +438,12 @@ class FleetClient:
                 error = f"{url}: reports weight_version {got!r}"
         except (_ServerError, RolloutError, *_FAILOVER) as err:
             error = f"{url}: {type(err).__name__}: {err}"
+        finally:
+            if paused:
+                try:
+                    self._call(url, "POST", "/continue_generation", {})
+                except (_ServerError, *_FAILOVER) as err:
+                    error = error or f"{url}: continue_generation: {type(err).__name__}: {err}"
         if error:  # stale weights must not serve samples: out until a health_check syncs it
             self._mark_dead(url)
         return error

@@ -36,9 +36,22 @@ _SAMPLING_FLAGS = ("ignore_eos", "no_stop_trim", "skip_special_tokens",
 # forwards are among them, and return_hidden_states, which sglang-router 0.3.2 adds
 _OFF_ONLY = ("stream", "return_text_in_logprobs", "background", "return_bytes", "return_entropy",
              "return_hidden_states")
+# SGLang 0.5.23's other GenerateRequest fields (sglang/api/v1/api_types.py): what this engine
+# does not do (text input, images, LoRA, sessions, disaggregation, priorities, cache salts,
+# reasoning budgets, custom logit processors), accepted unset (SGLang's defaults: null, or these
+# values) and refused by name when set
+_UNSET_ONLY = {name: (None,) for name in (
+    "text", "token_ids_logprob", "bootstrap_host", "bootstrap_port", "bootstrap_room",
+    "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "disagg_prefill_dp_rank",
+    "image_data", "mm_hashes", "video_data", "audio_data", "extra_key", "priority",
+    "cache_salt", "lora_path", "session_params", "kv_hints", "max_thinking_tokens",
+    "session_id", "custom_logit_processor", "images_config")}
+_UNSET_ONLY.update({"require_reasoning": (None, False), "custom_labels": (None, {}),
+                    "return_prompt_token_ids": (None, False), "return_sampling_mask": (None, False),
+                    "modalities": (None, [])})
 _BODY_KEYS = {"input_ids", "sampling_params", "return_logprob", "return_routed_experts", "rid",
               "routing_key", "logprob_start_len", "routed_experts_start_len", "top_logprobs_num",
-              "model", "log_metrics", "no_logs", *_OFF_ONLY}
+              "model", "log_metrics", "no_logs", *_OFF_ONLY, *_UNSET_ONLY}
 
 
 # SGLang sampling keys this engine does not implement, accepted at the value that changes
@@ -113,12 +126,16 @@ def parse_generate(body, vocab_size: int, eos_ids: tuple[int, ...] = ()):
         if k not in _BODY_KEYS:
             raise BadRequest(k, f"unsupported; supported: {sorted(_BODY_KEYS)}")
     for k in _OFF_ONLY:
-        if body.get(k, False) is not False:
+        if body.get(k) not in (None, False):
             raise BadRequest(k, "only false is served")
+    for k, unset in _UNSET_ONLY.items():
+        if k in body and not any(body[k] == v and type(body[k]) is type(v) for v in unset):
+            raise BadRequest(k, f"not implemented by this engine; only {unset[-1]!r} (unset) "
+                             "is served")
     for k in ("log_metrics", "no_logs"):  # logging switches: nothing to log here
         if not isinstance(body.get(k, False), bool):
             raise BadRequest(k, "must be a boolean")
-    if body.get("logprob_start_len", -1) != -1:
+    if body.get("logprob_start_len") not in (None, -1):
         raise BadRequest("logprob_start_len", "input log-probs are not computed; only -1 "
                          "(output log-probs) is served")
     if body.get("top_logprobs_num", 0) not in (0, None):
@@ -135,7 +152,7 @@ def parse_generate(body, vocab_size: int, eos_ids: tuple[int, ...] = ()):
             raise BadRequest("input_ids", f"prompt {i} must be a non-empty list of integers")
         if min(p) < 0 or max(p) >= vocab_size:
             raise BadRequest("input_ids", f"prompt {i} has ids outside [0, {vocab_size})")
-    sp = body.get("sampling_params", {})
+    sp = body.get("sampling_params") or {}
     if isinstance(sp, list):
         if len(sp) != len(prompts):
             raise BadRequest("sampling_params", f"{len(sp)} entries for {len(prompts)} prompts")
@@ -145,9 +162,10 @@ def parse_generate(body, vocab_size: int, eos_ids: tuple[int, ...] = ()):
         sampling = [parse_sampling(sp, eos_ids=eos_ids)] * len(prompts)
     flags = []
     for k in ("return_logprob", "return_routed_experts"):
-        if not isinstance(body.get(k, False), bool):
+        value = body.get(k) or False  # SGLang's default: null
+        if not isinstance(value, bool):
             raise BadRequest(k, "must be a boolean")
-        flags.append(body.get(k, False))
+        flags.append(value)
     rid = body.get("rid")
     if rid is not None:  # SGLang: a string (batched: "<rid>_<i>") or one string per prompt
         rids = [rid] if isinstance(rid, str) and not batched else \
@@ -157,7 +175,7 @@ def parse_generate(body, vocab_size: int, eos_ids: tuple[int, ...] = ()):
             raise BadRequest("rid", "must be a string or one string per prompt")
     else:
         rids = None
-    start = body.get("routed_experts_start_len", 0)
+    start = body.get("routed_experts_start_len") or 0
     if not _is_int(start) or not all(0 <= start <= len(p) for p in prompts):
         raise BadRequest("routed_experts_start_len", "must be an integer in [0, prompt length]")
     return prompts, sampling, batched, *flags, {"rids": rids, "routed_experts_start_len": start}

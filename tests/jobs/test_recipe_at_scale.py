@@ -90,6 +90,9 @@ def test_the_real_scale_path_through_the_recipe_driver(toy_run, tmp_path):
     assert served == "eval-validation-ppo"
     assert not list((workdir / "published").iterdir())
     assert [p.name for p in (workdir / "ppo" / "published").iterdir()] == ["weights_2"]
+    # a whole model folder: a server can be started on it (SGLang reads the tokenizer there)
+    published = workdir / "ppo" / "published" / "weights_2"
+    assert (published / "tokenizer.json").read_bytes() == (hf / "tokenizer.json").read_bytes()
     for rows in ("eval/base", "eval/ppo", "eval/validation/step_0001"):
         trials = [json.loads(line) for line in
                   (workdir / rows / "trials.jsonl").read_text().splitlines()]

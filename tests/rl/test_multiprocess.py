@@ -126,8 +126,9 @@ def test_the_main_job_as_two_processes_equals_one(toy_run, docker_backend, tmp_p
     tolerance: training (another mesh sums in another order), and so the trained policies'
     samples, which a float-level difference may flip (measured on an AVX-512 EPYC: the
     Warm-Up, PPO and SFT-evaluation trials token-identical, one of the four PPO-evaluation
-    trials not). Each process plays every other live trial from its own copy of the policy,
-    which the trainer's recomputed log-probs match; everything is written once."""
+    trials not). Each process plays every other live trial and every other evaluation trial
+    from its own copy of the policy, which the trainer's recomputed log-probs match;
+    everything is written once."""
     from conftest import TOY_RECIPE
     one, two = toy_run, tmp_path / "recipe_2proc"
     args = ["--config", str(ROOT / "configs" / "tiny_cpu.py"), "--workdir", str(two),
@@ -168,6 +169,10 @@ def assert_same_main_job(one: Path, two: Path, docker_backend) -> None:
     row = json.loads((two / "ppo" / "metrics.jsonl").read_text().splitlines()[0])
     assert row["mismatch/logprob_gap_max"] < 1e-4, row["mismatch/logprob_gap_max"]
     assert _trials(two / "eval" / "base") == _trials(one / "eval" / "base")
+    # every evaluation's trials split between the processes: every other (task, attempt)
+    rows = [json.loads(line) for line in (two / "eval" / "base" / "trials.jsonl").read_text()
+            .splitlines()]
+    assert [r["process"] for r in rows] == [i % 2 for i in range(len(rows))]
     for folder in ("sft", "ppo", "validation/sft", "validation/ppo"):
         got, want = _trials(two / "eval" / folder), _trials(one / "eval" / folder)
         assert [t[:2] for t in got] == [t[:2] for t in want], folder

@@ -422,3 +422,25 @@ def test_a_server_that_ignores_seeds_is_named(servers, caplog):
         assert "--enable-deterministic-inference" in warned[0]
     finally:
         http_server.shutdown()
+
+
+def test_a_publish_aborts_the_requests_in_flight_and_they_go_again(servers, tmp_path):
+    """A publish pauses each server with mode abort before the reload (SGLang's reload would
+    otherwise wait for every generation in flight), then continues it. A request it aborted is
+    sent again by its client once the publish is over, whole, and sampled by the new weights;
+    it is not a failure (no server marked dead, no attempt spent: retries=0 here)."""
+    import threading
+    url = servers[1][0]
+    client = FleetClient([url], LAYOUT, timeout_s=60, retries=0)
+    new = CausalLM(model_config_from(get_config().model), nnx.Rngs(1))
+    post(url + "/pause_generation", {"mode": "in_place"})  # a busy server: the request waits
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(r=client.generate(PROMPTS[0], GREEDY)))
+    thread.start()
+    time.sleep(1.0)  # the request reaches the server and is held there
+    client.publish_weights(new, tmp_path, "7")
+    thread.join(timeout=120)
+    assert got["r"].weight_version == "7" and client.reissued == 1
+    assert client.live == {url} and client.failures == []
+    engine = JaxEngine(new, max_batch=MAX_BATCH, max_len=MAX_LEN)
+    assert_same(got["r"], engine.generate([PROMPTS[0]], GREEDY)[0])

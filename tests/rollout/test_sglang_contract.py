@@ -6,9 +6,11 @@ finish reasons stop / length / abort, `[logprob, token_id, text]` entries). The 
 (`sglang/api/v1/api_types.py`, generated, msgspec only) runs in .venv-sglang, where the sglang
 package is installed --no-deps: importing `sglang` itself needs its CUDA-era torch and triton.
 
-What the contract does not cover is checked by our own tests, citing SGLang's code:
-routed_experts' layout (tests/rollout/test_rollout_server.py: base64 int32 [start_len .. prompt +
-output - 1) x layers x k, SGLang state_capturer/base.py), the sampler's log-prob semantics
+The contract's schema ignores routed_experts, so their wire format is checked against SGLang's
+own functions, taken from its source (their modules import torch) and run on the same routes:
+its capturer's slice [routed_experts_start_len, seqlen - 1) of an int32 buffer, its
+detokenizer's base64 encoding and its client-side decoder (test_routes_on_the_wire_are_sglangs_own).
+Checked by our own tests, citing SGLang's code: the sampler's log-prob semantics
 (tests/rollout/test_jax_engine.py, layers/sampler.py), dense layers reported as 0 (RouteLayout).
 """
 
@@ -106,3 +108,128 @@ def test_server_replies_decode_under_sglangs_contract():
     assert entries == [[-0.5, 8, None], [-1.25, 9, None], [-0.125, 2, None]]
     assert results[0]["ok"]["meta_info"]["finish_reason"] == {"type": "stop", "matched": 2}
     assert results[3]["ok"]["meta_info"]["finish_reason"]["type"] == "abort"
+
+
+ROUTES = r"""
+import ast, json, sys, sysconfig
+import numpy as np, pybase64
+root = sysconfig.get_paths()["purelib"] + "/sglang/srt/"
+
+def function(path, name, cls=None):
+    # SGLang's own function, taken from its source (its modules import torch, absent here);
+    # annotations and decorators dropped, the code itself run as written
+    tree = ast.parse(open(root + path).read())
+    scope = tree.body if cls is None else next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    fn = next(n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name)
+    fn.decorator_list, fn.returns = [], None
+    for arg in fn.args.args + fn.args.kwonlyargs:
+        arg.annotation = None
+    ns = {"np": np, "pybase64": pybase64}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), root + path, "exec"), ns)
+    return ns[name]
+
+class T:  # the torch.Tensor methods those functions call, over numpy
+    def __init__(self, a): self.a = np.asarray(a)
+    def __getitem__(self, i): return T(self.a[i.a if isinstance(i, T) else i])
+    def cpu(self): return self
+    def clone(self): return T(self.a.copy())
+    def numpy(self): return self.a
+
+get_topk = function("state_capturer/base.py", "get_topk", "BaseTopkCapturer")
+encode = function("managers/detokenizer_manager.py", "_b64_encode_per_request",
+                  "DetokenizerManager")
+decode = function("state_capturer/routed_experts.py", "extract_routed_experts_from_meta_info")
+base = open(root + "state_capturer/base.py").read()
+case = json.load(sys.stdin)
+full = np.asarray(case["routes"], np.int32)  # [seqlen - 1, layers, k] by position
+seqlen, start = case["seqlen"], case["start"]
+# SGLang's capture: a row per KV-pool slot, the request's positions at scattered slots
+slots = np.random.default_rng(0).permutation(64)[:seqlen]
+host = type("Host", (), {})()
+host.buffer = T(np.zeros((64,) + full.shape[1:], np.int32))
+host.buffer.a[slots[:seqlen - 1]] = full
+pool = type("Pool", (), {})()
+pool.req_to_token = T(slots[None, :])
+capturer = type("Capturer", (), {"host_cache": host})()
+rows = get_topk(capturer, req_pool_idx=0, seqlen=seqlen, req_to_token_pool=pool,
+                start_len=start)
+print(json.dumps({"encoded": encode([rows])[0],
+                  "decoded": decode(case["reply"]).tolist(),
+                  "host_dtype_int32": base.count("dtype=torch.int32") >= 2}))
+"""
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_routes_on_the_wire_are_sglangs_own(start):
+    """The routes' wire format against SGLang's own code, both ways: its capturer's get_topk
+    (rows [routed_experts_start_len, seqlen - 1) out of its int32 host buffer) and its
+    detokenizer's base64 encoder, run on the same routes, give our server's string byte for
+    byte; its client-side decoder reads our reply back to our routes. A change on either side
+    (dtype, start offset, row order, base64 layout) fails here."""
+    prompt, out = list(range(1, 9)), [11, 12, 13]
+    rng = np.random.default_rng(start)
+    routes = rng.integers(0, 16, (len(prompt) + len(out) - 1, 4, 2)).astype(np.int32)
+    reply = to_response(prompt, GenerateResult(out, [-0.5] * 3, routes, FINISH_STOP, "0"),
+                        True, True, routes_start=start)
+    if not PY.exists():
+        pytest.fail("no .venv-sglang: run bash scripts/setup_sglang.sh (scripts/test.sh does)")
+    case = {"routes": routes.tolist(), "seqlen": len(prompt) + len(out), "start": start,
+            "reply": reply}
+    proc = subprocess.run([str(PY), "-c", ROUTES], input=json.dumps(case), text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    assert got["host_dtype_int32"]
+    assert got["encoded"] == reply["meta_info"]["routed_experts"]
+    assert got["decoded"] == routes[start:].reshape(-1).tolist()
+
+
+FIELDS = r"""
+import importlib.util, json, sys, sysconfig
+path = sysconfig.get_paths()["purelib"] + "/sglang/api/v1/api_types.py"
+spec = importlib.util.spec_from_file_location("sglang_api_types", path)
+api = importlib.util.module_from_spec(spec); sys.modules[spec.name] = api
+spec.loader.exec_module(api)
+request = api.GenerateRequest
+names, defaults = request.__struct_fields__, request.__struct_defaults__
+first = len(names) - len(defaults)
+out = {}
+for i, name in enumerate(names):
+    default = defaults[i - first] if i >= first else None
+    out[name] = default.factory() if type(default).__name__ == "Factory" else default
+print(json.dumps(out))
+"""
+
+
+def test_every_field_of_sglangs_request_is_served_or_refused_by_name():
+    """Every field of SGLang's GenerateRequest, at SGLang's own default, is accepted by our
+    server (a router or client that fills them in is served as SGLang would serve it); the
+    ones this engine does not implement are refused naming the field once set."""
+    from t1jax.rollout.sglang_protocol import _UNSET_ONLY, BadRequest, parse_generate
+    if not PY.exists():
+        pytest.fail("no .venv-sglang: run bash scripts/setup_sglang.sh (scripts/test.sh does)")
+    proc = subprocess.run([str(PY), "-c", FIELDS], text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    defaults = json.loads(proc.stdout)
+    assert len(defaults) > 30 and "routed_experts_start_len" in defaults
+    base = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+    for name, default in defaults.items():
+        if name not in base:
+            parse_generate({**base, name: default}, 16)  # raises BadRequest if refused
+    parse_generate({**base, **{k: v for k, v in defaults.items() if k not in base}}, 16)
+    for name in _UNSET_ONLY:
+        assert name in defaults, name  # a field SGLang has
+        with pytest.raises(BadRequest, match=f"^{name}: not implemented"):
+            parse_generate({**base, name: "set"}, 16)
+
+
+def test_the_documented_launch_line_is_the_one_the_gpu_check_runs():
+    """BUILD.md tells users the launch line t1jax.rollout.sglang.launch_command builds, and
+    experiments/gpu_checks runs that function with no other flag."""
+    from t1jax.rollout.sglang import launch_command
+    line = " ".join(["python", *launch_command("DIR", port=30000, tp=1)])
+    assert f"`{line}`" in (REPO / "BUILD.md").read_text()
+    check = (REPO / "experiments" / "gpu_checks" / "sglang_routed_experts.py").read_text()
+    assert "cmd = [sys.executable, *launch_command(dir0, port=port, host=\"127.0.0.1\"," in check
+    assert "--skip-tokenizer-init" not in check and "--mem-fraction-static" not in check
