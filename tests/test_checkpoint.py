@@ -405,3 +405,26 @@ def test_bad_inputs_fail_before_writing(tmp_path):
         with pytest.raises(TypeError, match="mapping"):
             ckpt.save(1, [jnp.zeros(2)], {})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_critic_scored_on_another_reward_scale_is_refused(tmp_path):
+    """The dense reward's scale is kept in every live-rollout checkpoint (the source's state):
+    a run that takes a critic learned on another scale is refused naming both values before
+    anything is loaded, as is a resume on another scale; the same scale, or a checkpoint from
+    before the scale was recorded, passes."""
+    from t1jax.jobs import UsageError
+    from t1jax.jobs.build import start_weights
+    from t1jax.rollout.source import LiveRollouts
+    ckpt = tmp_path / "warmup" / "checkpoints"
+    with Checkpointer(ckpt) as c:
+        c.save(1, {"critic": {"w": jnp.ones(2)}}, {"step": 1, "source": {"reward_scale": 4.0}})
+        c.wait()
+    with pytest.raises(UsageError, match=r"init\.critic: .*scale is 9 here but 4 in the critic"):
+        start_weights(None, tmp_path / "ppo" / "checkpoints", critic=ckpt, reward_scale=9.0)
+    from t1jax.tasks.sampler import EpochSampler
+    live = LiveRollouts(None, [], EpochSampler(1, 0), None, batch_size=1, reward_scale=9.0)
+    assert live.state_dict()["reward_scale"] == 9.0  # what every checkpoint of the run holds
+    with pytest.raises(ValueError, match="scale is 9 here but 4 in this run's checkpoint"):
+        live.load_state_dict({"reward_scale": 4.0})
+    live.load_state_dict({"reward_scale": 9.0})
+    live.load_state_dict({})  # recorded before the scale was

@@ -148,14 +148,25 @@ def trainer(config, mesh, *, sft_steps: int | None = None):
                    actor_lr=lr)
 
 
-def start_weights(trainer, checkpoints, *, hf_path: str = "", actor="", critic="") -> None:
+def start_weights(trainer, checkpoints, *, hf_path: str = "", actor="", critic="",
+                  reward_scale: float | None = None) -> None:
     """A fresh run's starting weights; none when `checkpoints` holds a finished step (the loop
     resumes from it). The policy (and the critic's backbone) from a Hugging Face directory
-    (config.init.hf_path) or another run's actor (SFT), then another run's critic (Warm-Up)."""
-    from t1jax.checkpoint import has_checkpoint
+    (config.init.hf_path) or another run's actor (SFT), then another run's critic (Warm-Up),
+    refused if that run scored its trials on another dense-reward scale than `reward_scale`
+    (this run's)."""
+    from t1jax.checkpoint import Checkpointer, has_checkpoint
     from t1jax.rl import loop
+    from t1jax.rollout.source import check_reward_scale
     if has_checkpoint(checkpoints):  # a finished step, not a folder
         return
+    if critic and reward_scale is not None:
+        with Checkpointer.reader(critic) as source:
+            recorded = (source.restore_meta().get("source") or {}).get("reward_scale")
+        try:
+            check_reward_scale(recorded, reward_scale, f"the critic's run ({critic})")
+        except ValueError as err:
+            raise UsageError(f"config.init.critic: {err}") from err
     if hf_path:
         if not Path(hf_path, "config.json").is_file():
             raise UsageError(f"config.init.hf_path={hf_path} has no config.json "
@@ -359,7 +370,7 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
                         batch_size=r.batch_size, oversample=r.oversample,
                         carry_over=r.carry_over, record_dir=workdir / "rollouts",
                         publish=publish, group_size=r.get("group_size", 1),
-                        processes=processes)
+                        processes=processes, reward_scale=stack.scale.value)
 
 
 def check_off_policy(config, carry_over: bool) -> None:

@@ -611,7 +611,8 @@ class Recipe:
         build.start_weights(trainer, out / "checkpoints",  # none after a killed first step
                             actor=self.workdir / "sft" / "checkpoints",
                             critic=(self.workdir / "warmup" / "checkpoints"
-                                    if self.config.warmup.steps > 0 else ""))
+                                    if self.config.warmup.steps > 0 else ""),
+                            reward_scale=self.stack().scale.value)
         bar = metric_bar(self.bars, "PPO", self.config.ppo.steps, "reward/mean")
         every = self.config.eval.every
         if every and not self.split("validation"):

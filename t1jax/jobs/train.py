@@ -86,14 +86,18 @@ def run(config, workdir: Path) -> int:
                             sft_steps=config.steps if config.stage == "sft" else None)
     if config.init.actor and config.init.get("hf_path"):
         raise UsageError("set config.init.actor or config.init.hf_path, not both")
+    live = None
+    if config.stage != "sft" and config.rollouts.source != "recorded":
+        live = _live_source(config, trainer, workdir)  # its engine gets the weights at the start
     build.start_weights(trainer, workdir / "checkpoints", hf_path=config.init.get("hf_path", ""),
-                        actor=config.init.actor, critic=config.init.critic)
+                        actor=config.init.actor, critic=config.init.critic,
+                        reward_scale=None if live is None else live.reward_scale)
     if config.stage == "sft":
         source = _sft_source(config, trainer, workdir)
     elif config.rollouts.source == "recorded":
         source = loop.RecordedRollouts(config.rollouts.recorded_dir)
     else:
-        source = _live_source(config, trainer, workdir)
+        source = live
     options = loop.LoopOptions(steps=config.steps, stage=config.stage, schedule=config.schedule,
                                checkpoint_every=config.checkpoint.every,
                                keep_checkpoints=config.checkpoint.keep,

@@ -22,6 +22,18 @@ from t1jax.rollout.scheduler import StepResult, TrialRequest
 _INSTANCES = itertools.count()
 
 
+def check_reward_scale(recorded: float | None, current: float | None, where: str) -> None:
+    """A ValueError when trials scored on one dense-reward scale would meet a critic or a run
+    that learned on another (values 2.25x too large or small, no other symptom); None on
+    either side (a checkpoint from before the scale was recorded, a job without one) passes."""
+    if recorded is not None and current is not None and float(recorded) != float(current):
+        raise ValueError(
+            f"the dense reward's scale is {current:g} here but {recorded:g} in {where}: the "
+            "critic's values are in units of the scale it learned on. Keep one pool (the scale "
+            "is a quantile of its tasks' assertion counts) or fix it for every phase with "
+            "--config.verifier.global_scale")
+
+
 class GlobalAdmission:
     """Oversampled admission decided once for a multi-process step: the first `batch_size`
     trials to finish on any process are admitted. Each finished trial takes a ticket from a
@@ -77,12 +89,15 @@ class LiveRollouts:
 
     def __init__(self, scheduler, tasks: list, sampler, engine, *, batch_size: int,
                  oversample: float = 1.5, carry_over: bool = True, record_dir=None,
-                 publish=None, group_size: int = 1, processes: tuple[int, int] = (0, 1)):
+                 publish=None, group_size: int = 1, processes: tuple[int, int] = (0, 1),
+                 reward_scale: float | None = None):
         """group_size: trials of each drawn task per step (T1: 1); with more, a step holds
         batch_size / group_size tasks, and rl.baseline='task' compares each trial with its
         task's others. processes: (this process, of how many) in a multi-process job: every
         process draws the same requests, plays every processes-th of them, and receives
-        everyone's samples, so all hold the same step in the same order."""
+        everyone's samples, so all hold the same step in the same order. reward_scale: the
+        dense reward's fixed denominator these trials are scored on, kept in every checkpoint
+        (a resume on another is refused: the critic's values are in its units)."""
         if group_size < 1:
             raise ValueError(f"rollouts.group_size must be >= 1, got {group_size}")
         self.process, self.processes = processes
@@ -93,6 +108,7 @@ class LiveRollouts:
         self._states = 0  # state_dict calls (every process makes the same ones)
         self.scheduler, self.tasks, self.sampler, self.engine = scheduler, tasks, sampler, engine
         self.group_size = group_size
+        self.reward_scale = reward_scale
         self.batch_size, self.oversample, self.carry_over = batch_size, oversample, carry_over
         self.record_dir = Path(record_dir) if record_dir else None
         self._publish = publish
@@ -209,9 +225,10 @@ class LiveRollouts:
             carried = [c for share in distributed.exchange_objects(
                 f"state/{self._instance}/{self._states}", carried) for c in share]
         return {"sampler": self.sampler.state_dict(), "next_attempt": self._next_attempt,
-                "carried": carried}
+                "carried": carried, "reward_scale": self.reward_scale}
 
     def load_state_dict(self, state: dict) -> None:
+        check_reward_scale(state.get("reward_scale"), self.reward_scale, "this run's checkpoint")
         if "sampler" in state:
             self.sampler.load_state_dict(state["sampler"])
         self._next_attempt = int(state.get("next_attempt", 0))

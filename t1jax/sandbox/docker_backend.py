@@ -30,10 +30,10 @@ class DockerBackend:
         if self.registry and task.environment.docker_image:
             images.pull_missing(self.client, task.environment.docker_image, where)
             return task.environment.docker_image
-        if task.dockerfile is None:
+        if task.dockerfile is None:  # the prebuilt image, or the stand-in for it offline
             image = task.environment.docker_image
-            images.resolve_bases(self.client, f"FROM {image}", self.base_map, where)
-            return image
+            return images.stand_ins(self.client, f"FROM {image}", self.base_map,
+                                    where).get(image, image)
         return images.build_task_image(
             self.client, task.task_id, task.environment_dir, task.dockerfile,
             base_map=self.base_map, network_mode=self.build_network,

@@ -1,6 +1,8 @@
 """Task images: built from a task's Dockerfile, cached by content hash, with public base images
 mapped to locally built ones (no registry is reachable from a training cluster's sandbox hosts,
-nor from this machine).
+nor from this machine). The stand-ins are substituted in a rewritten Dockerfile at build time,
+never tagged with the public names they stand in for: a later online run on the same daemon
+must find (or pull) the real images.
 """
 
 from __future__ import annotations
@@ -70,11 +72,27 @@ def _image_exists(client, ref: str) -> bool:
         return False
 
 
-def pull_missing(client, ref: str, where: str) -> None:
-    """`ref` present locally, pulled from its registry if not; a failed pull names the image
-    and the offline alternative."""
+def _our_stand_in(client, ref: str) -> bool:
+    """Whether `ref` in this daemon is one of our stand-in bases under a public name: what
+    t1jax before issue #45 wrote (it tagged stand-ins with the names they stand in for).
+    Such a tag is never used as the public image."""
     import docker.errors
-    if _image_exists(client, ref):
+    try:
+        image_id = client.images.get(ref).id
+    except docker.errors.ImageNotFound:
+        return False
+    ours = set()
+    for stand_in in {LOCAL_BASE_IMAGE, TRIXIE_BASE_IMAGE}:
+        if ref != stand_in and _image_exists(client, stand_in):
+            ours.add(client.images.get(stand_in).id)
+    return image_id in ours
+
+
+def pull_missing(client, ref: str, where: str) -> None:
+    """`ref` present locally, pulled from its registry if not (or if the local one is our
+    stand-in under its name); a failed pull names the image and the offline alternative."""
+    import docker.errors
+    if _image_exists(client, ref) and not _our_stand_in(client, ref):
         return
     try:
         client.images.pull(ref)
@@ -84,11 +102,15 @@ def pull_missing(client, ref: str, where: str) -> None:
                            "(builds the Dockerfile on a local stand-in base)") from err
 
 
-def resolve_bases(client, dockerfile_text: str, base_map: dict, where: str) -> None:
-    """Make every FROM image resolvable locally, tagging a mapped local image with the public
-    name when the public one is absent. Fails naming the Dockerfile and the image."""
+def stand_ins(client, dockerfile_text: str, base_map: dict, where: str) -> dict[str, str]:
+    """{public base: the local image that stands in for it} for every FROM image that is not
+    present locally (or is only our stand-in under its name). Nothing is tagged: the build
+    substitutes them (build_task_image), so a public name in the user's daemon is never
+    written or shadowed, and a later online run pulls the real image. Fails naming the
+    Dockerfile and the image."""
+    out = {}
     for ref in base_images(dockerfile_text):
-        if _image_exists(client, ref):
+        if _image_exists(client, ref) and not _our_stand_in(client, ref):
             continue
         target = base_map.get(ref, base_map.get("*"))
         if target is None:
@@ -100,8 +122,21 @@ def resolve_bases(client, dockerfile_text: str, base_map: dict, where: str) -> N
         if not _image_exists(client, target):
             raise SandboxError(f"{where}: base image {ref!r} maps to {target!r}, which is missing;"
                                " run scripts/setup.sh to build the sandbox base image")
-        repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
-        client.images.get(target).tag(repo, tag or "latest")
+        out[ref] = target
+    return out
+
+
+def substituted(dockerfile_text: str, replaced: dict[str, str]) -> str:
+    """The Dockerfile with each replaced FROM image swapped for its stand-in (nothing else
+    changes: stage names, platforms, the rest of the file)."""
+    def swap(match: re.Match) -> str:
+        ref = match.group(1)
+        if ref not in replaced:
+            return match.group(0)
+        start, end = match.span(1)
+        return (match.group(0)[:start - match.start()] + replaced[ref]
+                + match.group(0)[end - match.start():])
+    return _FROM.sub(swap, dockerfile_text)
 
 
 def build_task_image(client, task_id: str, context_dir: Path, dockerfile: Path, *,
@@ -109,23 +144,36 @@ def build_task_image(client, task_id: str, context_dir: Path, dockerfile: Path, 
                      timeout_s: float = 600.0, pull: bool = False) -> str:
     """Build (or reuse) the image for a task; returns its tag `t1jax-task/<id>:<hash12>`.
     pull=True fetches missing bases from their registry instead of mapping them."""
-    import docker.errors
     base_map = DEFAULT_BASE_MAP if base_map is None else base_map
     where = str(dockerfile)
+    text = dockerfile.read_text()
+    replaced = {}
     if pull:
-        for ref in base_images(dockerfile.read_text()):
+        for ref in base_images(text):
             pull_missing(client, ref, where)
     else:
-        resolve_bases(client, dockerfile.read_text(), base_map, where)
+        replaced = stand_ins(client, text, base_map, where)
     # the base images' ids enter the hash: a rebuilt base invalidates every task image on it
-    base_ids = {ref: client.images.get(ref).id for ref in base_images(dockerfile.read_text())}
+    base_ids = {ref: client.images.get(replaced.get(ref, ref)).id for ref in base_images(text)}
     digest = context_hash(context_dir, dockerfile, {**base_map, "__base_ids__": base_ids})
     tag = f"t1jax-task/{_slug(task_id)}:{digest[:12]}"
     if _image_exists(client, tag):
         return tag
     relative = dockerfile.resolve().relative_to(Path(context_dir).resolve()).as_posix()
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="t1jax-dockerfile-") as scratch:
+        if replaced:  # outside the context: docker-py adds it under a name .dockerignore hides
+            relative = str(Path(scratch) / "Dockerfile")
+            Path(relative).write_text(substituted(text, replaced))
+        return _build(client, task_id, where, context_dir, relative, tag, network_mode,
+                      timeout_s)
+
+
+def _build(client, task_id: str, where: str, context_dir, dockerfile: str, tag: str,
+           network_mode: str, timeout_s: float) -> str:
+    import docker.errors
     try:
-        client.images.build(path=str(context_dir), dockerfile=relative, tag=tag,
+        client.images.build(path=str(context_dir), dockerfile=dockerfile, tag=tag,
                             rm=True, forcerm=True, pull=False, network_mode=network_mode,
                             labels={LABEL_OWNER: "t1jax", "t1jax.task": task_id},
                             timeout=int(timeout_s))

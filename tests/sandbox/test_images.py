@@ -99,8 +99,10 @@ def unique():
 
 
 def test_public_base_builds_offline_via_base_map(docker_backend, tmp_path, cleanup, unique):
-    """An absent public base is tagged locally from the mapped image, then the build needs no
-    registry. A unique public-looking name keeps this independent of what else is present."""
+    """An absent public base is replaced by the mapped image in the Dockerfile the build runs
+    (never tagged with the public name: a later online run must pull the real one), and the
+    build needs no registry. A unique public-looking name keeps this independent of what else
+    is present."""
     client = docker_backend.client
     public = f"example.org/t1jax-test/ubuntu-{unique}:24.04"
     backend = DockerBackend(base_map={public: BASE})
@@ -108,9 +110,9 @@ def test_public_base_builds_offline_via_base_map(docker_backend, tmp_path, clean
                                 f"FROM {public}\nRUN echo built > /built.txt\n"))
     assert not _exists(client, public)
     tag = backend.build(task)
-    cleanup += [public, tag]
+    cleanup.append(tag)
     assert tag.startswith(f"t1jax-task/mapped-{unique}:")
-    assert client.images.get(public).id == client.images.get(BASE).id
+    assert not _exists(client, public)  # the daemon's names are left as they were
     built = client.images.get(tag)
     assert built.labels.get("t1jax.owner") == "t1jax"
     assert built.labels.get("t1jax.task") == task.task_id
@@ -118,16 +120,26 @@ def test_public_base_builds_offline_via_base_map(docker_backend, tmp_path, clean
     assert out.strip() == b"built"
 
 
-def test_ubuntu_2404_builds_with_default_base_map(docker_backend, tmp_path, cleanup, unique):
+def test_default_stand_ins_never_take_official_names(docker_backend, tmp_path, cleanup, unique):
+    """Public bases of the default map build offline, and afterwards no official name of the
+    map points anywhere it did not before (the daemon's tags, read before and after), and the
+    task's Dockerfile is untouched."""
     client = docker_backend.client
-    had_ubuntu = _exists(client, "ubuntu:24.04")
-    task = load_task(write_task(tmp_path, f"ubuntu-{unique}", "FROM ubuntu:24.04\nWORKDIR /app\n"))
-    tag = docker_backend.build(task)
+
+    def tags() -> dict:
+        return {t: image.id for image in client.images.list() for t in image.tags}
+    before = tags()
+    body = "FROM ubuntu:24.04 AS build\nWORKDIR /app\nFROM python:3.13-slim-bookworm\n" \
+           "COPY --from=build /app /app\nRUN python --version\n"
+    d = write_task(tmp_path, f"official-{unique}", body)
+    tag = docker_backend.build(load_task(d))
     cleanup.append(tag)
-    if not had_ubuntu:  # only remove the public tag if this test made it
-        cleanup.insert(0, "ubuntu:24.04")
-        assert client.images.get("ubuntu:24.04").id == client.images.get(BASE).id
-    assert _exists(client, tag)
+    assert (d / "environment" / "Dockerfile").read_text() == body
+    after = tags()
+    assert tag in after
+    official = {ref if ":" in ref.split("/")[-1] else f"{ref}:latest"
+                for ref in images.DEFAULT_BASE_MAP}  # (other tests may build beside this one)
+    assert {t: after.get(t) for t in official} == {t: before.get(t) for t in official}
 
 
 def test_unmapped_base_fails_naming_dockerfile_and_image(docker_backend, tmp_path, unique):
@@ -147,9 +159,8 @@ def test_wildcard_base_map_maps_any_base(docker_backend, tmp_path, cleanup, uniq
     backend = DockerBackend(base_map={"*": BASE})
     task = load_task(write_task(tmp_path, f"wildcard-{unique}", f"FROM {public}\n"))
     tag = backend.build(task)
-    cleanup += [f"{public}:latest", tag]
-    assert docker_backend.client.images.get(f"{public}:latest").id == \
-        docker_backend.client.images.get(BASE).id
+    cleanup.append(tag)
+    assert not _exists(docker_backend.client, f"{public}:latest")
 
 
 def test_base_mapped_to_missing_image_fails(docker_backend, tmp_path, unique):
@@ -266,14 +277,35 @@ def test_docker_image_task_uses_the_named_image(docker_backend, tmp_path):
         DockerBackend(base_map={}).build(load_task(d))
 
 
+def test_a_stand_in_left_under_a_public_name_is_not_taken_for_it(docker_backend, tmp_path,
+                                                                   cleanup, unique):
+    """t1jax before issue #45 tagged stand-ins with public names. Such a tag is not taken for
+    the public image: offline the build substitutes the stand-in as for an absent base; with
+    the registry it is pulled (here a closed loopback registry: the pull fails, named)."""
+    client = docker_backend.client
+    public = f"localhost:1/t1jax-test/stale-{unique}:1"
+    client.images.get(BASE).tag(public.rsplit(":", 1)[0], "1")
+    cleanup.append(public)
+    d = write_task(tmp_path, f"stale-{unique}", f"FROM {public}\nRUN echo ok > /ok.txt\n")
+    tag = DockerBackend(base_map={public: BASE}).build(load_task(d))
+    cleanup.append(tag)
+    assert tag.startswith("t1jax-task/")
+    with pytest.raises(SandboxError, match=r"pulling 'localhost:1/t1jax-test/stale-"):
+        DockerBackend(registry=True).build(load_task(d))
+
+
 def test_registry_mode_uses_prebuilt_images_and_pulls(docker_backend, tmp_path, cleanup, unique):
     """sandbox.registry=True is Harbor's way where the registry is reachable: a task's prebuilt
     docker_image is used as it is (the Dockerfile beside it is not built), and one that is absent
     is pulled; a failed pull names the image and the offline way. The registry here is a closed
     loopback port: nothing leaves the machine."""
+    import io
     client = docker_backend.client
     prebuilt = f"localhost:1/t1jax-test/prebuilt-{unique}:1"
-    client.images.get(BASE).tag(prebuilt.rsplit(":", 1)[0], "1")
+    # an image of its own (the stand-in itself under this name would be taken for a tag an
+    # older t1jax left: test_a_stand_in_left_under_a_public_name_is_not_taken_for_it)
+    client.images.build(fileobj=io.BytesIO(f"FROM {BASE}\nLABEL t1jax.test={unique}\n".encode()),
+                        tag=prebuilt, rm=True, network_mode="none")
     cleanup.append(prebuilt)
     d = write_task(tmp_path, f"prebuilt-{unique}", f"FROM {BASE}\nRUN echo built > /built.txt\n")
     (d / "task.toml").write_text(f'schema_version = "1.1"\n[environment]\n'
