@@ -42,6 +42,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh.devices = "gpu"
     config.model.param_dtype = "bfloat16"
     config.model.compute_dtype = "bfloat16"
+    # the fit check (--config.phases=aot): the 8-GPU mesh has no compiler here; v5p-64
+    # (32 chips on 8 hosts) with the experts 8-way as on the GPU node
+    config.aot.topology, config.aot.mesh = "v5p:2x4x4", "1,4,8,1"
 
     config.pool.dir = "/data/pool"  # --config.pool.dir=...
     config.oracle.train_per_family = 2  # train tasks per category checked (-1: all)

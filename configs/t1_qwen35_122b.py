@@ -24,7 +24,8 @@ What it does not state, and is ours: batch size, learning rates, context and per
 fleet size and the meshes. Memory (bf16 weights, fp32 Adam moments, ~12 bytes/param): actor
 1.47 TB + critic 1.47 TB (no frozen reference: KL is off); over 64 H200 (expert=8
 x fsdp=8) that is ~46 GB/GPU of state before activations. The ahead-of-time TPU check
-(BUILD.md, "Ahead-of-time TPU checks") compiles this config's actor step on v5p-256 (mesh
+(`.venv-tpu/bin/python experiments/run.py --config configs/t1_qwen35_122b.py --workdir
+runs/aot_t1 --config.phases=aot`; BUILD.md, "Ahead-of-time TPU checks") compiles this config's actor step on v5p-256 (mesh
 1,16,8,1, one 64k-token row per chip) at 99.3 GB of the 102.0 GB (95 GiB) a chip offers, with
 the 48 saved layer inputs (19.3 GB) in host memory; the 8-GPU-per-node mesh above is not
 checked that way (no GPU compiler here).
@@ -50,6 +51,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # 64 GPUs: experts 8-way inside a node's NVLink domain, everything else 8-way across nodes
     config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=8, expert=8, tensor=1,
                                                  devices="gpu"))
+    # the fit check (--config.phases=aot): no GPU compiler here; v5p-256 (128 chips on 32
+    # hosts), experts 8-way, everything else 16-way
+    config.aot.topology, config.aot.mesh = "v5p:4x4x8", "1,16,8,1"
     config.model.param_dtype = "bfloat16"
     config.model.compute_dtype = "bfloat16"
     # a 64k-token row per chip (BUILD.md, "Ahead-of-time TPU checks"): the 48 saved layer

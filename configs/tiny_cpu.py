@@ -8,7 +8,8 @@ validates the pool with the oracle, plays the oracle solutions and a slipping te
 through the agent loop as SFT data, trains SFT, Critic Warm-Up and PPO (R3, TITO, dense
 reward), evaluates base / SFT / PPO on the test split (3 attempts each; SFT and PPO on
 validation too), and writes `report/` (plots, summary.md, trajectories.html). Re-run the same command to resume. Run a subset of phases with
---config.phases=pool,oracle,sft (phases: pool, oracle, sft, warmup, ppo, eval, report).
+--config.phases=pool,oracle,sft (phases: pool, oracle, sft, warmup, ppo, eval, report; and
+aot, run only when named: the TPU fit check, config.aot).
 README has the phase times and the held-out table of one fresh run (the time depends on the
 CPU: 2-core VMs have differed 3.5x at training steps). The same job as several processes (one
 per host of a pod, or N on one machine): experiments/launch_local.py, BUILD.md "Accelerators".
@@ -151,4 +152,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sandbox = sandbox_config()
     config.sandbox.concurrency = 6  # episodes mostly wait on the engine: 6 keep its batch full
     config.verifier = verifier_config()
+
+    # the `aot` phase (not run by default: --config.phases=aot under .venv-tpu): this run's
+    # steps compiled for a TPU topology on any host, failing when one does not fit in HBM
+    # (t1jax/jobs/aot.py; BUILD.md "Ahead-of-time TPU checks")
+    config.aot = ml_collections.ConfigDict()
+    config.aot.topology = "v5p:2x2x2"  # e.g. v5p:4x4x8 (v5p-256: 128 chips on 32 hosts)
+    config.aot.mesh = ""  # "data,fsdp,expert,tensor" over the topology's chips; "": config.mesh
+    config.aot.steps = "actor,critic,prefill,decode"  # and "ppo": both halves in one program
+    config.aot.model = ""  # a model config file (configs/model/*.py[:arg]) to check instead
+    config.aot.rows = 0  # training rows; 0: one per batch-axis chip per minibatch
+    config.aot.length = 0  # tokens per row; 0: rl.max_length
+    config.aot.prefill = 4096  # engine prefill tokens per row (at most the row length)
+    config.aot.engine_rows = 0  # engine rows; 0: the mesh's batch-axis chips
     return config

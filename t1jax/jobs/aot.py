@@ -319,3 +319,70 @@ def rows_per_step(mesh, s: trainer_lib.Settings) -> int:
     shape = dict(mesh.shape)
     return shape["data"] * shape["fsdp"] * shape["expert"] * s.minibatches
 
+
+
+def check(config, workdir) -> int:
+    """The recipe's `aot` phase (`--config.phases=aot`, under .venv-tpu): the run config's
+    steps compiled for `config.aot.topology` with its mesh, the reports printed and written to
+    `<workdir>/aot/report.json`; 1 when a step does not fit in HBM, 2 when libtpu cannot
+    describe the topology. Why in the recipe: the check compiles what the run itself would
+    (its model, rl settings and mesh rules), from the one driver the run uses."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from t1jax.model.config import model_config_from
+    a = config.aot
+    try:
+        devices = topology_devices(a.topology)
+    except Exception as err:  # libtpu absent or an unknown topology name
+        print(f"config.aot.topology={a.topology!r}: cannot describe it ({type(err).__name__}: "
+              f"{err}). Ahead-of-time TPU compiles need libtpu: python -m venv .venv-tpu && "
+              ".venv-tpu/bin/pip install -r requirements-tpu.txt, then run this command with "
+              ".venv-tpu/bin/python", file=sys.stderr)
+        return 2
+    sizes = ([int(x) for x in a.mesh.split(",")] if a.mesh else
+             [config.mesh.data, config.mesh.fsdp, config.mesh.expert, config.mesh.tensor])
+    mesh = sharding.make_mesh(*sizes, devices=devices)
+    model = config.model
+    if a.model:  # another model on the same run settings
+        import importlib.util
+        path, _, arg = a.model.partition(":")
+        spec = importlib.util.spec_from_file_location("model_config", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        model = module.get_config(arg or None).model
+    cfg = for_target(model_config_from(model))
+    s = trainer_lib.Settings.from_config(config.rl)
+    rows, length = a.rows or rows_per_step(mesh, s), a.length or s.max_length
+    steps = [x for x in a.steps.split(",") if x]
+    unknown = sorted(set(steps) - {"actor", "critic", "ppo", "prefill", "decode"})
+    if unknown:
+        raise ValueError(f"config.aot.steps names unknown steps {unknown}; known: actor, "
+                         "critic, ppo, prefill, decode")
+    print(f"{len(devices)} x {devices[0].device_kind} ({a.topology}), mesh {dict(mesh.shape)}, "
+          f"model {cfg.model_type} {cfg.num_hidden_layers} layers, dispatch {cfg.moe_dispatch}, "
+          f"remat {cfg.remat}, scan_layers {cfg.scan_layers}, attention {cfg.attention}, "
+          f"moe_sharding {cfg.moe_sharding}, offload_layer_inputs {cfg.offload_layer_inputs}",
+          flush=True)
+    reports = []
+    train = [x for x in steps if x in ("ppo", "actor", "critic")]
+    if train:
+        reports += train_steps(cfg, s, mesh, rows, length, train)
+    if {"prefill", "decode"} & set(steps):
+        engine_rows = a.engine_rows or sizes[0] * sizes[1] * sizes[2]
+        reports += [r for r in engine_steps(cfg, mesh, engine_rows, min(a.prefill, length),
+                                            length) if r.kind in steps]
+    for r in reports:
+        print("\n".join(r.lines()), flush=True)
+    out = Path(workdir) / "aot"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps({
+        "topology": a.topology, "mesh": dict(mesh.shape), "device": devices[0].device_kind,
+        "hosts": len({d.process_index for d in devices}),
+        "steps": [r.as_dict() for r in reports]}, indent=2))
+    unfit = [r.name for r in reports if not r.fits]
+    if unfit:
+        print(f"DOES NOT FIT: {unfit}", file=sys.stderr)
+        return 1
+    return 0

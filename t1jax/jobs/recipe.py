@@ -39,6 +39,9 @@ from t1jax.jobs import UsageError, build
 from t1jax.jobs.progress import count_bar, metric_bar
 
 PHASES = ("pool", "oracle", "sft", "warmup", "ppo", "eval", "report")
+# run only when config.phases names them, before the others: the TPU fit check (needs libtpu,
+# .venv-tpu; t1jax/jobs/aot.py) compiles this config's steps, trains nothing
+OPT_IN = ("aot",)
 # phases that only write files the others read: process 0 alone plays them
 MAIN_ONLY = ("pool", "oracle", "report")
 
@@ -746,9 +749,19 @@ def run(config, workdir: Path) -> int:
 
     from t1jax.report.summary import write_report
     wanted = [p for p in config.phases.split(",") if p] or list(PHASES)
-    unknown = sorted(set(wanted) - set(PHASES))
+    unknown = sorted(set(wanted) - set(PHASES) - set(OPT_IN))
     if unknown:
-        raise UsageError(f"config.phases names unknown phases {unknown}; known: {PHASES}")
+        raise UsageError(f"config.phases names unknown phases {unknown}; known: "
+                         f"{PHASES + OPT_IN}")
+    if "aot" in wanted:
+        if distributed.requested() is not None:
+            raise UsageError("the aot phase compiles for a whole TPU topology (every host's "
+                             "chips) from one process; run it as one process")
+        from t1jax.jobs import aot
+        code = aot.check(config, workdir)
+        wanted.remove("aot")
+        if code or not wanted:
+            return code
     if "ppo" in wanted:  # before hours of SFT and Warm-Up, not when PPO starts
         build.check_off_policy(config, config.rollouts.carry_over)
     check_sources(config)

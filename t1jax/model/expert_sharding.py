@@ -15,7 +15,7 @@ collectives are the all-gather of this layer's expert weights (its transpose, a 
 sums their gradients) and a psum over `tensor` when the FFN width is split.
 Cost: each chip receives the layer's full expert weights per forward (and again in the backward
 under remat). That is cheap against the matmuls at the long rows RL trains on (the compile
-report in experiments/aot_compile.py prints the collective bytes); token all-to-all expert
+report of the recipe's aot phase, t1jax/jobs/aot.py, prints the collective bytes); token all-to-all expert
 parallelism, which moves T*k activations instead, is not implemented.
 gather_tokens moves the tokens instead: per layer and device, (expert-axis size - 1) x its own
 tokens in and the same partial outputs back, and only 1/(expert-axis size) of the layer's expert

@@ -54,7 +54,7 @@ def _in_loop(index, carry):
     carry. Why: the masks depend on the loop only through the pair index, so XLA's TPU compiler
     hoists them out of the scan for all pairs at once and keeps them, [pairs, B, KV, G, bq, bk]
     booleans: 16 GB per chip for Qwen3-30B-A3B at a 32k-token row, the largest temporary of the
-    training step (experiments/aot_compile.py). Behind the barrier each step builds its own."""
+    training step (the recipe's aot phase, t1jax/jobs/aot.py). Behind the barrier each step builds its own."""
     return lax.optimization_barrier((index, carry))
 
 

@@ -55,6 +55,8 @@ class Packed:
     fixed_chunk_starts: int  # chunk-first tokens whose mask was 1 (cannot be predicted): zeroed
     piece_starts: list[int] = dataclasses.field(default_factory=list)  # per placement: where
     #                                         its piece starts in the sample (0 unless split)
+    # with pack(routes_rows=...): the rows batch.routes holds, in order (this process's own)
+    routes_rows: list[int] | None = None
 
 
 class OverlongSample(ValueError):
@@ -167,7 +169,7 @@ def task_baseline(samples, rewards: list[float]) -> list[float]:
 
 def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1,
          packing: bool = True, overlong: str = "error", reward: str = "dense",
-         version: int | None = None, baseline: str = "none") -> Packed:
+         version: int | None = None, baseline: str = "none", routes_rows=None) -> Packed:
     """Pack samples into rows of one bucket length (the smallest that fits the longest).
 
     row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
@@ -175,7 +177,10 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
     "binary" | "zero" (trained_reward) | "shuffled" (shuffled_rewards). version: the weight
     version being trained; the trials older weights sampled (is_stale) are marked in
     Batch.stale. baseline:
-    "none" | "task" (task_baseline, on the kept samples' trained rewards).
+    "none" | "task" (task_baseline, on the kept samples' trained rewards). routes_rows:
+    (rows, length) -> the rows whose routes to fill (a process's own in a multi-process step);
+    batch.routes then holds those rows only, in that order (Packed.routes_rows), and only the
+    samples placed in them have their routes read.
     """
     if reward not in REWARDS:
         raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
@@ -222,13 +227,16 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         where[i, j] = (row, rows_fill[row])
         rows_fill[row] += b - a
     rows = _round_rows(len(rows_fill), row_multiple)
+    local = (list(range(rows)) if routes_rows is None
+             else [int(r) for r in routes_rows(rows, length)])
+    local_index = {r: k for k, r in enumerate(local)}
     arrays = dict(
         tokens=np.zeros((rows, length), np.int32), positions=np.zeros((rows, length), np.int32),
         segment_ids=np.zeros((rows, length), np.int32),
         trial_ids=np.zeros((rows, length), np.int32),
         loss_mask=np.zeros((rows, length), np.float32),
         rollout_logprobs=np.zeros((rows, length), np.float32),
-        routes=np.full((rows, length, num_layers, top_k), -1, np.int32),
+        routes=np.full((len(local), length, num_layers, top_k), -1, np.int32),
         rewards=np.zeros((rows, length), np.float32),
         continues_at=np.full((rows, length), -1, np.int32),
         stale=np.zeros((rows, length), np.float32))
@@ -239,7 +247,8 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         s, (row, start) = samples[i], where[i, j]
         end = start + c_end - c_start
         a["tokens"][row, start:end] = s.tokens[c_start:c_end]
-        a["routes"][row, start:end] = s.routes[c_start:c_end]
+        if row in local_index:
+            a["routes"][local_index[row], start:end] = s.routes[c_start:c_end]
         a["rollout_logprobs"][row, start:end] = s.rollout_logprobs[c_start:c_end]
         mask = s.loss_mask[c_start:c_end].astype(np.float32)
         bounds = [c - c_start for c in s.chunk_starts if c_start <= c < c_end] \
@@ -264,10 +273,11 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
         if j + 1 < len(pieces_of[i]):
             row, start = where[i, j]
             a["continues_at"][row, start:start + c_end - c_start] = first_sampled[i, j + 1]
-    return Packed(Batch(**arrays), placements, dropped, fixed, piece_starts)
+    return Packed(Batch(**arrays), placements, dropped, fixed, piece_starts,
+                  None if routes_rows is None else local)
 
 
-def batch_specs(batch: Batch):
+def batch_specs(batch: Batch | None):
     """Logical axis names per field, for t1jax.sharding (rows shard over the batch axes)."""
     two = ("batch", "length")
     return Batch(tokens=two, positions=two, segment_ids=two, trial_ids=two, loss_mask=two,
@@ -287,3 +297,78 @@ def batch_shardings(batch: Batch, mesh, rules=None) -> Batch:
 
 def shard_batch(batch: Batch, mesh, rules=None) -> Batch:
     return jax.device_put(batch, batch_shardings(batch, mesh, rules))
+
+
+def routes_sharding(rows: int, length: int, num_layers: int, top_k: int, mesh, rules=None):
+    """The NamedSharding of a batch's routes (rows over the batch axes), as batch_shardings."""
+    from jax.sharding import NamedSharding
+
+    from t1jax.sharding import spec_for
+    return NamedSharding(mesh, spec_for(batch_specs(None).routes, (rows, length, num_layers,
+                                                                   top_k), dict(mesh.shape),
+                                        rules))
+
+
+def shard_packed(packed: Packed, mesh, rules=None) -> Batch:
+    """The packed batch on the mesh. With pack(routes_rows=...) its routes hold only this
+    process's rows and are placed with make_array_from_callback, which asks each process
+    only for its own devices' rows: no host ever holds the global batch's routes."""
+    batch = packed.batch
+    if packed.routes_rows is None:
+        return shard_batch(batch, mesh, rules)
+    rows, length = batch.tokens.shape
+    shape = (rows, length) + batch.routes.shape[2:]
+    where = {r: k for k, r in enumerate(packed.routes_rows)}
+
+    def rows_of(index):
+        try:
+            picked = batch.routes[[where[r] for r in range(*index[0].indices(rows))]]
+        except KeyError as err:
+            raise ValueError(f"row {err} of the routes was asked for but not packed here "
+                             f"(routes_rows {packed.routes_rows})") from None
+        return picked[(slice(None),) + tuple(index[1:])]
+    routes = jax.make_array_from_callback(
+        shape, routes_sharding(*shape, mesh, rules), rows_of)
+    shardings = batch_shardings(batch, mesh, rules)
+    placed = {f.name: jax.device_put(getattr(batch, f.name), getattr(shardings, f.name))
+              for f in dataclasses.fields(batch) if f.name != "routes"}
+    return Batch(**placed, routes=routes)
+
+
+def local_rows(rows: int, length: int, num_layers: int, top_k: int, mesh, rules=None) -> list:
+    """The rows of a (rows, length) batch whose routes this process's devices hold."""
+    index = routes_sharding(rows, length, num_layers, top_k, mesh, rules) \
+        .addressable_devices_indices_map((rows, length, num_layers, top_k))
+    return sorted({r for i in index.values() for r in range(*i[0].indices(rows))})
+
+
+def row_readers(rows: int, length: int, num_layers: int, top_k: int, mesh,
+                rules=None) -> list[set]:
+    """Per row, the processes whose devices hold its routes (every process computes it)."""
+    shape = (rows, length, num_layers, top_k)
+    out: list[set] = [set() for _ in range(rows)]
+    for device, i in routes_sharding(*shape, mesh, rules).devices_indices_map(shape).items():
+        for r in range(*i[0].indices(rows)):
+            out[r].add(device.process_index)
+    return out
+
+
+def release_shared_routes(samples, packed: Packed, mesh, rules=None) -> None:
+    """After shard_packed: every sample's shared routes (distributed.SharedArray) read by the
+    processes whose rows hold it, then removed from the coordinator by the last of them (by
+    its writer when no other process reads it), and no process keeps a copy. Every process
+    calls it with the same samples and layout, so all count the same readers."""
+    from t1jax import distributed
+    rows, length = packed.batch.tokens.shape
+    readers_of_row = row_readers(rows, length, *packed.batch.routes.shape[2:], mesh, rules)
+    readers: dict[int, set] = {}
+    for i, row, _, _ in packed.placements:
+        readers.setdefault(i, set()).update(readers_of_row[row])
+    me = distributed.process_index()
+    for i, sample in enumerate(samples):
+        routes = sample.routes
+        if isinstance(routes, distributed.SharedArray):
+            remote = readers.get(i, set()) - {routes.owner}
+            if me in remote or (not remote and me == routes.owner):
+                routes.release(len(remote))
+            routes.forget()

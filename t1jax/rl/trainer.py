@@ -33,6 +33,7 @@ from t1jax.model.transformer import CausalLM, ValueModel, log_probs
 from t1jax.rl import critic as critic_lib
 from t1jax.rl import metrics as metrics_lib
 from t1jax.rl import ppo
+from t1jax.rl import batch as batch_lib
 from t1jax.rl.batch import BASELINES, REWARDS, Batch, batch_shardings, pack, shard_batch
 from t1jax.rl.minibatch import per_minibatch, train_minibatches
 from t1jax.rl.shared_prefix import shared_prefix_forward, shared_prefix_length, suffix_length
@@ -232,13 +233,24 @@ class Trainer:
 
     def make_batch(self, samples, version: int | None = None):
         """Pack and shard samples; returns (Batch on the mesh, Packed host layout). version:
-        the weight version being trained (older trials are marked stale)."""
-        packed = pack(samples, buckets=self.buckets, num_layers=self.cfg.num_hidden_layers,
-                      top_k=self.cfg.num_experts_per_tok, row_multiple=self.row_multiple,
-                      packing=self.s.packing, overlong=self.s.overlong, reward=self.s.reward,
-                      baseline=self.s.baseline,
-                      version=version)
-        return shard_batch(packed.batch, self.mesh, self.rules), packed
+        the weight version being trained (older trials are marked stale). In a multi-process
+        job every process packs the same samples alike, but reads and places the routes of
+        its own rows only (a step's samples carry them as distributed.SharedArray)."""
+        layers, k = self.cfg.num_hidden_layers, self.cfg.num_experts_per_tok
+        multi = distributed.process_count() > 1
+        own_rows = (functools.partial(self._own_rows, layers=layers, k=k) if multi else None)
+        packed = pack(samples, buckets=self.buckets, num_layers=layers, top_k=k,
+                      row_multiple=self.row_multiple, packing=self.s.packing,
+                      overlong=self.s.overlong, reward=self.s.reward,
+                      baseline=self.s.baseline, version=version, routes_rows=own_rows)
+        if not multi:
+            return shard_batch(packed.batch, self.mesh, self.rules), packed
+        batch = batch_lib.shard_packed(packed, self.mesh, self.rules)
+        batch_lib.release_shared_routes(samples, packed, self.mesh, self.rules)
+        return batch, packed
+
+    def _own_rows(self, rows: int, length: int, *, layers: int, k: int) -> list[int]:
+        return batch_lib.local_rows(rows, length, layers, k, self.mesh, self.rules)
 
     # -- compiled steps --------------------------------------------------------------------------
 

@@ -19,13 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
+from t1jax.distributed import SharedArray
+
 
 @dataclasses.dataclass
 class Sample:
     tokens: np.ndarray  # int32 [T]
     loss_mask: np.ndarray  # int8 [T], 1 on sampled ids
     rollout_logprobs: np.ndarray  # float32 [T], 0 where the mask is 0
-    routes: np.ndarray  # int32 [T, layers, k], -1 where the model never ran
+    routes: np.ndarray  # int32 [T, layers, k], -1 where the model never ran; in a multi-process
+    #                   step, a SharedArray (read only by the processes whose rows hold it)
     reward: float  # the episode's scalar reward; see token_rewards
     metadata: dict  # task_id, attempt, turns, finish, weight_versions, verifier report
     # Where each chunk of the trial starts (a context split restarts the sequence: positions
@@ -36,7 +39,8 @@ class Sample:
         self.tokens = np.asarray(self.tokens, np.int32)
         self.loss_mask = np.asarray(self.loss_mask, np.int8)
         self.rollout_logprobs = np.asarray(self.rollout_logprobs, np.float32)
-        self.routes = np.asarray(self.routes, np.int32)
+        if not isinstance(self.routes, SharedArray):
+            self.routes = np.asarray(self.routes, np.int32)
         self.reward = float(self.reward)
         n = len(self.tokens)
         if not (len(self.loss_mask) == len(self.rollout_logprobs) == len(self.routes) == n):
@@ -64,7 +68,7 @@ class Sample:
 
     def to_npz(self, path) -> None:
         np.savez(path, tokens=self.tokens, loss_mask=self.loss_mask,
-                 rollout_logprobs=self.rollout_logprobs, routes=self.routes,
+                 rollout_logprobs=self.rollout_logprobs, routes=np.asarray(self.routes),
                  reward=np.float64(self.reward), chunk_starts=self.chunk_starts,
                  metadata=np.array(json.dumps(self.metadata, default=str)))
 
@@ -152,8 +156,14 @@ def save_dataset(samples, directory, **info) -> None:
     directory = Path(directory)
     shutil.rmtree(directory, ignore_errors=True)
     save_samples(samples, directory)
-    (directory / DATASET_COMPLETE).write_text(json.dumps({"samples": len(samples), **info})
-                                              + "\n")
+    mark_dataset_complete(directory, len(samples), **info)
+
+
+def mark_dataset_complete(directory, samples: int, **info) -> None:
+    """The COMPLETE marker of a set whose files are all written (by one or several
+    processes: a multi-process step's each writes its own trials)."""
+    (Path(directory) / DATASET_COMPLETE).write_text(json.dumps({"samples": samples, **info})
+                                                    + "\n")
 
 
 def dataset_complete(directory) -> bool:

@@ -8,15 +8,17 @@ sees only Samples, through the loop's RolloutSource protocol (t1jax/rl/loop.py).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import shutil
 import threading
 from pathlib import Path
 
 from absl import logging
 
 from t1jax import distributed
-from t1jax.rollout.sample import save_dataset, staleness
+from t1jax.rollout.sample import mark_dataset_complete, save_dataset, save_samples, staleness
 from t1jax.rollout.scheduler import StepResult, TrialRequest
 
 _INSTANCES = itertools.count()
@@ -149,9 +151,28 @@ class LiveRollouts:
             raise RuntimeError(f"step {step}: no trial finished ({failures} failed); "
                                "see the warnings above")
         if self.record_dir is not None and distributed.is_main():
-            # the whole step's folder: a rerun of a killed step leaves none of its trials
-            save_dataset(samples, self.record_dir / f"step_{step:05d}")
+            folder = self.record_dir / f"step_{step:05d}"
+            if self.processes == 1:  # the whole step's folder: a rerun of a killed step
+                save_dataset(samples, folder)  # leaves none of its trials
+            else:  # every process wrote its own trials before the exchange (_share)
+                mark_dataset_complete(folder, len(samples))
         return samples
+
+    def _share(self, step: int, own: list) -> list:
+        """This process's trials of a multi-process step, ready to exchange: written to the
+        step's record folder (each process its own, after process 0 cleared it), and their
+        routes left in the coordinator as SharedArrays, which only the processes that pack
+        them into their rows read (rl/trainer.py make_batch): the other fields travel to
+        every process."""
+        if self.record_dir is not None:
+            folder = self.record_dir / f"step_{step:05d}"
+            if distributed.is_main():  # a rerun of a killed step leaves none of its trials
+                shutil.rmtree(folder, ignore_errors=True)
+            distributed.exchange_objects(f"records/{self._instance}/{step}", None)  # cleared
+            save_samples(own, folder)
+        return [dataclasses.replace(s, routes=distributed.SharedArray.put(
+            f"routes/{self._instance}/{step}/{self.process}/{j}", s.routes))
+            for j, s in enumerate(own)]
 
     def _collect_split(self, step: int, requests: list) -> tuple[list, int]:
         """This process plays its share (every processes-th request); the samples of all come
@@ -169,9 +190,11 @@ class LiveRollouts:
             logging.warning("trial failed (dropped, not trained): %s", failed.error)
         for r in result.admitted:  # who played it: where its sandbox and log lines were
             r.sample.metadata["process"] = self.process
+        own = self._share(step, [r.sample for r in result.admitted])
         shares = distributed.exchange_objects(  # no XLA collective: one step off runs this
             f"samples/{self._instance}/{step}",   # beside the trainer's step
-            ([(index[r.request.key], r.sample) for r in result.admitted], len(result.failed)))
+            ([(index[r.request.key], sample) for r, sample in zip(result.admitted, own)],
+             len(result.failed)))
         ordered = sorted(((i, sample) for share, _ in shares for i, sample in share),
                          key=lambda pair: pair[0])
         return [sample for _, sample in ordered], sum(failed for _, failed in shares)
@@ -200,9 +223,9 @@ class LiveRollouts:
             logging.warning("trial failed (dropped, not trained): %s", failed.error)
         for r in result.admitted:
             r.sample.metadata["process"] = self.process
-        shares = distributed.exchange_objects(f"samples/{self._instance}/{step}",
-                                              ([r.sample for r in result.admitted],
-                                               len(result.failed)))
+        shares = distributed.exchange_objects(
+            f"samples/{self._instance}/{step}",
+            (self._share(step, [r.sample for r in result.admitted]), len(result.failed)))
         samples = sorted((sample for share, _ in shares for sample in share),
                          key=lambda sample: sample.metadata["admission"])
         return samples, sum(failed for _, failed in shares)

@@ -1,5 +1,7 @@
-"""Ahead-of-time TPU compiles of the real-scale configs (experiments/aot_compile.py under
-.venv-tpu; helpers in tests/jobs/test_aot_tpu.py, which compiles the tiny models).
+"""Ahead-of-time TPU compiles of the real-scale configs (their recipe's `aot` phase under
+.venv-tpu: `experiments/run.py --config <config> --config.phases=aot`, each config's own
+topology and mesh from its config.aot; helpers in tests/jobs/test_aot_tpu.py, which compiles
+the tiny models).
 
 `test_real_config_fits_its_topology` compiles the real-scale configs at full depth (layers under
 lax.scan, stored stacked) with the row length and minibatches each config states (one row per
@@ -18,16 +20,14 @@ import pytest
 
 from test_aot_tpu import check_steps, pytestmark, run_check  # noqa: F401 (slow, needs .venv-tpu)
 
-# name: (run config, model config or None, topology, mesh data,fsdp,expert,tensor, steps,
-#        steps CI compiles by default: the actor step, the larger train step)
+# name: (topology and mesh data,fsdp,expert,tensor its config.aot names (checked: the check
+#        runs what the config says), steps CI compiles by default: the actor step, the larger)
 REAL = {
-    "qwen3_30b_a3b": ("configs/qwen3_30b_a3b.py", None, "v5p:2x4x4", "1,4,8,1",
-                      "actor,critic,prefill,decode", "actor"),
-    "qwen3_235b_a22b": ("configs/qwen3_235b_a22b.py", None, "v5p:4x4x8", "1,16,8,1",
-                        "actor,critic,prefill,decode", "actor"),
-    "t1_qwen35_122b": ("configs/t1_qwen35_122b.py", None, "v5p:4x4x8", "1,16,8,1",
-                       "actor,critic,prefill,decode", "actor"),
+    "qwen3_30b_a3b": ("v5p:2x4x4", {"data": 1, "fsdp": 4, "expert": 8, "tensor": 1}, "actor"),
+    "qwen3_235b_a22b": ("v5p:4x4x8", {"data": 1, "fsdp": 16, "expert": 8, "tensor": 1}, "actor"),
+    "t1_qwen35_122b": ("v5p:4x4x8", {"data": 1, "fsdp": 16, "expert": 8, "tensor": 1}, "actor"),
 }
+ALL_STEPS = "actor,critic,prefill,decode"
 HOST_GB_NEEDED = 10  # host memory peaks: T1 actor step 7.9 GB, engine prefill 9.5 GB
 
 
@@ -45,7 +45,7 @@ def test_real_config_fits_its_topology(name, tmp_path):
     runs after the suite) compiles the actor step; =1 every step; unset or 0, none: about 13
     minutes of one core for the three actor steps, more than the suite's 30-minute budget
     can carry (1.5-12 minutes a step on 2 cores)."""
-    config, model, topology, mesh, steps, ci_steps = REAL[name]
+    topology, mesh, ci_steps = REAL[name]
     choice = os.environ.get("T1JAX_AOT_REAL", "0")
     if choice not in ("1", "actor"):
         pytest.skip(f"{name}: real-scale compiles run with bash scripts/check_tpu_fit.sh "
@@ -54,5 +54,8 @@ def test_real_config_fits_its_topology(name, tmp_path):
     if host_available_gb() < HOST_GB_NEEDED:
         pytest.fail(f"{name}: compiling a full-depth step needs ~{HOST_GB_NEEDED} GB of free "
                     f"host memory, this host has {host_available_gb():.1f} GB available")
-    steps = steps if choice == "1" else ci_steps
-    check_steps(run_check(config, model, topology, mesh, steps, tmp_path), steps)
+    steps = ALL_STEPS if choice == "1" else ci_steps
+    result = run_check(f"configs/{name}.py", steps, tmp_path)
+    assert result["topology"] == topology and result["mesh"] == mesh, result
+    assert result["hosts"] == {"v5p:2x4x4": 8, "v5p:4x4x8": 32}[topology]  # multi-host slices
+    check_steps(result, steps)

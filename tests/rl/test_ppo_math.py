@@ -488,6 +488,40 @@ def test_pack_route_shape_mismatch_raises():
         do_pack([make_sample(10, 0, routes_shape=(LAYERS + 1, K))])
 
 
+class CountingRoutes(np.ndarray):
+    """Routes that remember whether pack read them (as a SharedArray fetches on first use)."""
+
+    def __getitem__(self, index):
+        CountingRoutes.read_by.add(self.name)
+        return np.asarray(self)[index]
+
+
+def test_pack_with_routes_rows_fills_and_reads_only_those_rows():
+    """A process's own rows (routes_rows): every other field as the full pack's, routes
+    equal to the full pack's rows it names, in its order; samples placed elsewhere unread."""
+    samples = [make_sample(n, seed) for seed, n in enumerate([30, 12, 9, 25, 14, 7])]
+    full = do_pack(samples, row_multiple=4)
+    rows = full.batch.tokens.shape[0]
+    asked = []
+
+    def own(n_rows, length):
+        asked.append((n_rows, length))
+        return [3, 1]
+    CountingRoutes.read_by = set()
+    for i, s in enumerate(samples):
+        s.routes = s.routes.view(CountingRoutes)
+        s.routes.name = i
+    part = do_pack(samples, row_multiple=4, routes_rows=own)
+    assert asked == [(rows, full.batch.tokens.shape[1])] and part.routes_rows == [3, 1]
+    for field in dataclasses.fields(full.batch):
+        if field.name != "routes":
+            np.testing.assert_array_equal(getattr(part.batch, field.name),
+                                          getattr(full.batch, field.name))
+    np.testing.assert_array_equal(part.batch.routes, full.batch.routes[[3, 1]])
+    in_own = {i for i, row, _, _ in full.placements if row in (1, 3)}
+    assert in_own and CountingRoutes.read_by == in_own != set(range(len(samples)))
+
+
 def test_pack_marks_the_trials_older_weights_sampled():
     """Batch.stale: 1 on every token of a trial with a turn sampled by weights older than the
     version trained (one-step-off, carry-over); versions that are not step numbers count as

@@ -1,4 +1,4 @@
-"""What makes 32k-64k-token training rows fit (ahead-of-time compile, experiments/aot_compile.py),
+"""What makes 32k-64k-token training rows fit (ahead-of-time compile: the recipe's aot phase),
 checked on CPU against the plain paths: the model with flash attention computes the naive
 attention's logits and routes (packed rows, and prefill + decode through the KV cache in the
 engine), layer remat leaves loss and gradients unchanged, layers under lax.scan (scan_layers)
@@ -252,7 +252,7 @@ def test_offloaded_layer_inputs_change_nothing(family, layers, scan):
         a, b = np.asarray(a.get_value()), np.asarray(b.get_value())
         assert np.linalg.norm(b - a) <= 1e-5 * np.linalg.norm(a) + 1e-9, path
     # host-resident values print as f32<host>[...] in the jaxpr (CPU's lowering drops the
-    # placement, so the compiled program cannot show it here; on TPU, aot_compile reports it)
+    # placement, so the compiled program cannot show it here; on TPU, the aot phase reports it)
     host = [str(jax.make_jaxpr(nnx.value_and_grad(loss))(m)).count("<host>[") for m in models]
     assert host[0] == 0 and host[1] > 0, host
 
