@@ -237,14 +237,19 @@ def test_oversampled_admission_one_step_off_across_processes(docker_backend, tmp
     assert source["next_attempt"] == 8  # 4 drawn for the first step, 2 more for each later
 
 
-def test_each_process_reads_only_the_routes_of_its_own_rows(capfd):
-    """A step's expert routes (~97% of a T1 batch) never reach every host: 2 processes x 2
-    devices each share their half of 10 samples' routes through the coordinator, pack the
-    same layout, and fetch only the other's samples that land in their own rows (2 of 5 each
-    here); the placed batch equals one process packing all 10 itself, field by field, and
-    once packed no copy stays in the coordinator (tests/rl/shared_routes_job.py; ~20 s)."""
+@pytest.mark.parametrize("cluster", ["jax", "slurm"])
+def test_each_process_reads_only_the_routes_of_its_own_rows(cluster, capfd):
+    """A step's expert routes (99% of a T1 step's sample bytes) never reach every host: 2
+    processes x 2 devices each share their half of 10 samples' routes through the
+    coordinator, pack the same layout, and fetch only the other's samples that land in their
+    own rows (2 of 5 each here); the placed batch equals one process packing all 10 itself,
+    field by field, and once packed no copy stays in the coordinator
+    (tests/rl/shared_routes_job.py; ~5 s). cluster="slurm": the processes get only what
+    `srun` sets (SLURM_JOB_ID, SLURM_PROCID, ...) and T1JAX_DISTRIBUTED=auto, and join
+    through JAX's own SLURM detection."""
     code = _launcher().launch([], 2, 2, script=str(ROOT / "tests" / "rl" /
-                                                   "shared_routes_job.py"), timeout_s=300)
+                                                   "shared_routes_job.py"), timeout_s=300,
+                              cluster=cluster)
     out = capfd.readouterr().out
     assert code == 0, out[-4000:]
     lines = sorted(line for line in out.splitlines() if ": rows " in line)
