@@ -9,14 +9,15 @@ audit.md and scores.json (read by the TFDS pool builder) to the workdir.
 
 import ml_collections
 
-from configs.common import sandbox_config, verifier_config
+from configs.common import check_variant, sandbox_config, verifier_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    check_variant("audit", arg, ("smoke",))
     config = ml_collections.ConfigDict()
     config.mode = "audit"
     config.run_id = ""  # default: derived from the workdir name and the time
-    config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
+    config.tasks = ""  # a Harbor / Terminal-Bench task folder; "": the bundled seed tasks
     config.fail_on_reject = False  # True: exit 1 when any task is rejected (a CI gate)
 
     config.sandbox = sandbox_config()

@@ -6,6 +6,15 @@ import ml_collections
 from t1jax.sandbox.base import Limits
 
 
+def check_variant(config_file: str, arg: str | None, variants=()) -> None:
+    """A named variant (`--config configs/<file>.py:<arg>`) the file does not define is an
+    error naming the ones it does, never silently the default."""
+    if arg and arg not in variants:
+        raise ValueError(f"configs/{config_file}.py has no variant {arg!r}"
+                         + (f" (variants: {', '.join(variants)})" if variants
+                            else " (it takes none)"))
+
+
 def sandbox_config() -> ml_collections.ConfigDict:
     sandbox = ml_collections.ConfigDict()
     sandbox.backend = "docker"  # docker | bwrap (no daemon needed)
@@ -32,6 +41,10 @@ def verifier_config() -> ml_collections.ConfigDict:
     """How trials are verified and scored (every job that verifies reads this block)."""
     verifier = ml_collections.ConfigDict()
     verifier.mode = "script"  # script | offline | pytest (t1jax/verify/verifier.py)
+    # agent: in the agent's own sandbox once it finished, as Harbor does (services it started
+    # still running); snapshot: in a fresh sandbox from a snapshot of its files (nothing it
+    # left running can touch the tests, no process survives; a docker commit per trial)
+    verifier.where = "agent"
     verifier.global_scale = 0.0  # > 0 fixes the dense reward's denominator
     verifier.scale_quantile = 0.9  # else: this quantile of the pool's assertion counts
     return verifier

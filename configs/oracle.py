@@ -2,20 +2,21 @@
 agent, in parallel sandboxes; writes results.jsonl and results.md to the workdir.
 
   python experiments/run.py --config configs/oracle.py --workdir runs/oracle
-  python experiments/run.py --config configs/oracle.py --config.pool_dir=/path/to/terminal-bench \
+  python experiments/run.py --config configs/oracle.py --config.tasks=/path/to/terminal-bench \
       --config.verifier.mode=offline --config.sandbox.concurrency=8
 """
 
 import ml_collections
 
-from configs.common import sandbox_config, verifier_config
+from configs.common import check_variant, sandbox_config, verifier_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    check_variant("oracle", arg, ("smoke",))
     config = ml_collections.ConfigDict()
     config.mode = "oracle"
     config.run_id = ""  # default: derived from the workdir name and the time
-    config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
+    config.tasks = ""  # a Harbor / Terminal-Bench task folder; "": the bundled seed tasks
     config.skip_invalid_tasks = False  # True: report malformed tasks and run the rest
 
     config.sandbox = sandbox_config()

@@ -6,11 +6,14 @@
 
 import ml_collections
 
+from configs.common import check_variant
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    check_variant("pool", arg)
     config = ml_collections.ConfigDict()
     config.mode = "pool"
-    config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
+    config.tasks = ""  # a Harbor / Terminal-Bench task folder; "": the bundled seed tasks
     config.scores_path = ""  # audit scores.json (from configs/audit.py); "" = rank by task id
     config.heldout_dirs = ""  # comma-separated benchmark dirs the pool must not overlap
     return config

@@ -17,11 +17,13 @@ Replay recorded rollouts (no sandboxes): --config.rollouts.source=recorded
 
 import ml_collections
 
-from configs.common import context_config, rl_config, sandbox_config, verifier_config
+from configs.common import (check_variant, context_config, rl_config, sandbox_config,
+                            verifier_config)
 from configs.model import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    check_variant("ppo", arg, ("ppo", "critic_warmup", "sft"))
     config = ml_collections.ConfigDict()
     config.mode = "train"
     config.stage = arg or "ppo"  # ppo | critic_warmup | sft

@@ -16,11 +16,13 @@ this file and the 235B checkpoint (`--config.init.hf_path=/shared/Qwen3-235B-A22
 import ml_collections
 
 from configs import qwen3_30b_a3b
+from configs.common import check_variant
 from configs.model import qwen3_235b_a22b
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    config = qwen3_30b_a3b.get_config(arg)
+    check_variant("qwen3_235b_a22b", arg)
+    config = qwen3_30b_a3b.get_config()
     config.model = qwen3_235b_a22b.get_config().model
     config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=16, expert=8, tensor=1,
                                                  devices="tpu v5p-256"))

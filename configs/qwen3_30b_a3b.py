@@ -27,12 +27,12 @@ oversampled with carry-over, up to 100 turns of 1k new tokens in a 32k context.
 
 import ml_collections
 
-from configs.common import rl_config
+from configs.common import check_variant, rl_config
 from configs.model import qwen3_30b_a3b
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    del arg
+    check_variant("qwen3_30b_a3b", arg)
     from configs import tiny_cpu
     config = tiny_cpu.get_config()  # the main job's fields: one driver, other sizes
     config.schedule = "one_step_off"

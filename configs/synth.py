@@ -10,16 +10,17 @@ reason.txt), summary.md and lineage.jsonl to the workdir.
 
 import ml_collections
 
-from configs.common import sandbox_config
+from configs.common import check_variant, sandbox_config, verifier_config
 
 OFFLINE_OPERATORS = "checksum_manifest,archive_outputs,summary_json,readonly_publish"
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    check_variant("synth", arg)
     config = ml_collections.ConfigDict()
     config.mode = "synth"
     config.run_id = ""  # default: derived from the workdir name and the time
-    config.pool_dir = ""  # default: the bundled offline tasks (t1jax/tasks/seed_tasks)
+    config.tasks = ""  # a Harbor / Terminal-Bench task folder; "": the bundled seed tasks
     config.skip_invalid_tasks = False  # True: report malformed tasks and use the rest
     config.task_filter = ""  # comma-separated seed task ids; "" = all
 
@@ -38,6 +39,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.sandbox = sandbox_config()
 
-    config.verifier = ml_collections.ConfigDict()
-    config.verifier.mode = "script"  # script | offline | pytest (t1jax/verify/verifier.py)
+    config.verifier = verifier_config()
     return config

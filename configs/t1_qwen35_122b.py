@@ -38,13 +38,14 @@ format, but the base model's zero-shot numbers under our tool harness are not Qw
 
 import ml_collections
 
-from configs.common import rl_config
+from configs.common import check_variant, rl_config
 from configs.model import qwen3_5_122b_a10b
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     from configs import qwen3_30b_a3b
-    config = qwen3_30b_a3b.get_config(arg)  # the recipe at real scale; this model, these sizes
+    check_variant("t1_qwen35_122b", arg)
+    config = qwen3_30b_a3b.get_config()  # the recipe at real scale; this model, these sizes
 
     base = qwen3_5_122b_a10b.get_config("gpu")
     config.model = base.model

@@ -17,12 +17,13 @@ per host of a pod, or N on one machine): experiments/launch_local.py, BUILD.md "
 
 import ml_collections
 
-from configs.common import context_config, rl_config, sandbox_config, verifier_config
+from configs.common import (check_variant, context_config, rl_config, sandbox_config,
+                            verifier_config)
 from configs.model import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    del arg
+    check_variant("tiny_cpu", arg)
     config = ml_collections.ConfigDict()
     config.mode = "recipe"
     config.seed = 0

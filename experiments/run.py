@@ -60,8 +60,9 @@ def main(argv) -> None:
                      distributed.process_count(), len(jax.local_devices()), len(jax.devices()))
     import importlib
 
-    from t1jax.jobs import UsageError
+    from t1jax.jobs import UsageError, check_verifier
     try:
+        check_verifier(config)
         code = importlib.import_module(MODES[config.mode]).run(config, workdir)
     except UsageError as err:
         raise app.UsageError(str(err)) from err

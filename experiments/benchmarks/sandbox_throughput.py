@@ -1,9 +1,10 @@
 """Sandbox start+stop time, and full episodes per minute (fresh sandbox, oracle solution,
-snapshot, verification in a second fresh sandbox) with 1, 2, 4 and 8 sandboxes at once.
-Ratios are against one sandbox at a time, measured in the same run.
+verification: in the agent's sandbox, or in a second fresh sandbox from a snapshot) with 1, 2,
+4 and 8 sandboxes at once. Ratios are against the first row (one sandbox at a time, the first
+--where), measured in the same run.
 
   .venv/bin/python experiments/benchmarks/sandbox_throughput.py [--episodes 16] [--backend docker]
-      [--daemon-diff] [--per-file-reads]
+      [--daemon-diff] [--per-file-reads] [--where agent,snapshot]
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--concurrency", default="1,2,4,8")
     parser.add_argument("--backend", default="docker")
+    parser.add_argument("--where", default="agent",
+                        help="comma-separated verifier places (verifier.where): agent, snapshot")
     parser.add_argument("--daemon-diff", action="store_true",
                         help="the tamper check asks the daemon (`docker diff`) instead of "
                         "reading the overlay layers: the baseline of sandbox/overlay.py")
@@ -65,21 +68,22 @@ def main() -> None:
           f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}; n={len(times)})")
 
     base_rate = None
-    print(f"{'concurrent':>10} {'episodes':>9} {'wall s':>8} {'episodes/min':>13} {'vs 1':>6} "
-          f"{'all solved':>10}")
+    print(f"{'where':>8} {'concurrent':>10} {'episodes':>9} {'wall s':>8} {'episodes/min':>13} "
+          f"{'vs row 1':>8} {'all solved':>10}")
     for level in (int(c) for c in args.concurrency.split(",")):
-        jobs = [tasks[i % len(tasks)] for i in range(args.episodes)]
-        t = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=level) as pool:
-            results = list(pool.map(lambda task: run_episode(
-                task, "oracle", backend, images[task.task_id], scale, limits=Limits(),
-                verifier_mode="script", run_id="bench"), jobs))
-        wall = time.perf_counter() - t
-        rate = len(jobs) / wall * 60
-        base_rate = base_rate or rate
-        solved = all(r.report is not None and r.report.solved for r in results)
-        print(f"{level:>10} {len(jobs):>9} {wall:>8.1f} {rate:>13.1f} {rate / base_rate:>5.2f}x "
-              f"{str(solved):>10}")
+        for where in args.where.split(","):
+            jobs = [tasks[i % len(tasks)] for i in range(args.episodes)]
+            t = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=level) as pool:
+                results = list(pool.map(lambda task: run_episode(
+                    task, "oracle", backend, images[task.task_id], scale, limits=Limits(),
+                    verifier_mode="script", run_id="bench", verifier_where=where), jobs))
+            wall = time.perf_counter() - t
+            rate = len(jobs) / wall * 60
+            base_rate = base_rate or rate
+            solved = all(r.report is not None and r.report.solved for r in results)
+            print(f"{where:>8} {level:>10} {len(jobs):>9} {wall:>8.1f} {rate:>13.1f} "
+                  f"{rate / base_rate:>7.2f}x {str(solved):>10}")
 
 
 if __name__ == "__main__":

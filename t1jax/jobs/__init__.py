@@ -26,3 +26,14 @@ def check_choices(config, choices: dict) -> None:
             value = value[part]
         if value not in allowed:
             raise UsageError(f"config.{key}={value!r}; choose one of {tuple(allowed)}")
+
+
+def check_verifier(config) -> None:
+    """config.verifier's mode and place, checked before any job starts: a wrong one would
+    otherwise fail every trial's verification, one by one, as infrastructure failures."""
+    if "verifier" not in config:
+        return
+    from t1jax.verify.verifier import VERIFIER_MODES, VERIFY_WHERE
+    check_choices(config, {"verifier.mode": VERIFIER_MODES})
+    if "where" in config.verifier:
+        check_choices(config, {"verifier.where": VERIFY_WHERE})

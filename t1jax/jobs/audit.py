@@ -17,10 +17,10 @@ def run(config, workdir: Path) -> int:
 
     from t1jax.tasks.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
         write_reports
-    from t1jax.tasks.pool import default_pool_dir, load_pool
+    from t1jax.tasks.pool import load_pool
     from t1jax.verify.reward import pool_scale
 
-    pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
+    pool_dir = build.task_folder(config)
     loaded = load_pool(pool_dir, skip_invalid=True)  # a malformed task is a rejected task
     wanted = set(config.task_filter.split(",")) if config.task_filter else None
     invalid = {Path(err.task_dir).name: err for err in loaded.errors}
@@ -54,7 +54,7 @@ def run(config, workdir: Path) -> int:
                 reports = audit_pool(tasks, backend, concurrency=config.sandbox.concurrency,
                                      progress=lambda kind, what: progress.advance(bars[kind]),
                                      judge=judge, run_id=run_id, limits=limits, scale=scale,
-                                     verifier_mode=config.verifier.mode,
+                                     verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
                                      allow_network=config.sandbox.allow_network)
             finally:
                 build.reap_best_effort(backend, run_id)  # what an interrupt left running

@@ -64,6 +64,16 @@ def reap_best_effort(backend, run_id: str | None = None) -> int:
 
 
 # -- tasks ---------------------------------------------------------------------------------------
+def task_folder(config) -> Path:
+    """config.tasks, the one spelling of a job's task folder (eval, oracle, pool, audit,
+    synth): a Harbor / Terminal-Bench directory, or the bundled seed tasks when empty."""
+    from t1jax.tasks.pool import default_pool_dir
+    folder = Path(config.tasks) if config.tasks else default_pool_dir()
+    if not folder.is_dir():
+        raise UsageError(f"config.tasks={folder} is not a directory")
+    return folder
+
+
 def load_job_tasks(pool_dir, *, skip_invalid: bool, task_filter: str) -> list:
     """The tasks a job runs: the pool (malformed tasks reported, or skipped when asked),
     narrowed by `task_filter`; an unknown task id or an empty selection is a UsageError."""
@@ -356,7 +366,7 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
                           scale=stack.scale, sampling=sampling, limits=stack.limits,
                           run_id=f"train-{workdir.name}" + (f"-p{processes[0]}"
                                                              if processes[1] > 1 else ""),
-                          verifier_mode=config.verifier.mode,
+                          verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
                           max_turns=r.max_turns, max_tokens=trial_tokens,
                           command_timeout_s=config.sandbox.command_timeout_s,
                           max_observation_bytes=config.sandbox.max_output_bytes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -62,6 +63,24 @@ def load_policy(config):
     return model, "base"
 
 
+def _recorded_scale(config):
+    """The dense reward's scale config.policy.checkpoint's run trained on (recorded by its
+    live rollouts), unless config.verifier.global_scale fixes one: a task's reward then means
+    the same here as in that run, whichever tasks this evaluation loads. None: none recorded
+    (SFT and older checkpoints: the scale comes from the tasks loaded, and the summary says
+    so)."""
+    from t1jax.checkpoint import Checkpointer
+    from t1jax.verify.reward import GlobalScale
+    p = config.policy
+    if not p.checkpoint or config.verifier.global_scale > 0:
+        return None
+    with Checkpointer.reader(p.checkpoint) as ckpt:
+        meta = ckpt.restore_meta(None if p.step < 0 else p.step)
+    value = (meta.get("source") or {}).get("reward_scale")
+    return None if value is None else GlobalScale(float(value),
+                                                  f"recorded in {p.checkpoint}")
+
+
 def run(config, workdir: Path) -> int:
     _check(config)
     from t1jax.jobs.progress import job_progress
@@ -69,11 +88,8 @@ def run(config, workdir: Path) -> int:
     from t1jax.rollout.eval_summary import skipped_note
     from t1jax.rollout.evaluate import evaluate
     from t1jax.rollout.engine import SamplingParams, derived_seed
-    from t1jax.tasks.pool import default_pool_dir
 
-    pool_dir = Path(config.tasks) if config.tasks else default_pool_dir()
-    if not pool_dir.is_dir():
-        raise UsageError(f"config.tasks={pool_dir} is not a directory")
+    pool_dir = build.task_folder(config)
     tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
                                  task_filter=config.task_filter)
 
@@ -105,6 +121,9 @@ def run(config, workdir: Path) -> int:
     label = config.label or default_label
 
     stack = build.task_stack(config, tasks, tok)
+    recorded = _recorded_scale(config)
+    if recorded is not None:  # a trained policy: scored on its run's scale, not these tasks'
+        stack = dataclasses.replace(stack, scale=recorded)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                               max_new_tokens=r.max_new_tokens)
@@ -134,7 +153,7 @@ def run(config, workdir: Path) -> int:
                 timeout_s=config.timeout_s or None,
                 command_timeout_s=config.sandbox.command_timeout_s,
                 max_observation_bytes=config.sandbox.max_output_bytes,
-                system_prompt=config.system_prompt or None, verifier_mode=config.verifier.mode,
+                system_prompt=config.system_prompt or None, verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
                 allow_network=config.sandbox.allow_network,
                 internet_tasks=config.internet_tasks, run_id=run_id, context=context,
                 seed=seed, progress=tick, tool_format=chat.resolve_tool_format(

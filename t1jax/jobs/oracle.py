@@ -12,10 +12,9 @@ from t1jax.jobs import build
 def run(config, workdir: Path) -> int:
     from t1jax.jobs.progress import job_progress
 
-    from t1jax.tasks.pool import default_pool_dir
     from t1jax.tasks.validate import AGENTS, validate_pool
 
-    pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
+    pool_dir = build.task_folder(config)
     tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
                                  task_filter=config.task_filter)
     stack = build.task_stack(config, tasks)
@@ -30,7 +29,7 @@ def run(config, workdir: Path) -> int:
         try:
             summary = validate_pool(tasks, stack.backend, out_dir=workdir,
                                     concurrency=config.sandbox.concurrency,
-                                    limits=stack.limits, verifier_mode=config.verifier.mode,
+                                    limits=stack.limits, verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
                                     run_id=run_id, scale=stack.scale, progress=tick,
                                     allow_network=config.sandbox.allow_network)
         finally:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from t1jax.jobs import UsageError
+from t1jax.jobs import UsageError, build
 
 
 def run(config, workdir: Path) -> int:
     from t1jax.tasks.decontam import ContaminationError, check_pool
-    from t1jax.tasks.pool import default_pool_dir, load_pool
+    from t1jax.tasks.pool import load_pool
     from t1jax.tasks.tfds_pool import build_pool_dataset, load_pool_dataset
 
-    pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
+    pool_dir = build.task_folder(config)
     tasks = load_pool(pool_dir).tasks
     heldout = [d for d in config.heldout_dirs.split(",") if d]
     if heldout:

@@ -61,7 +61,9 @@ _EVAL_KEYS = ("eval.attempts", "eval.temperature", "eval.sampling_seed", "agent"
               "rl.max_length", "verifier")
 # Config entries added after runs were made: a source's config.json without one holds what
 # it then did, the default, so it still compares equal to a run that keeps the default.
+# (verifier.where: runs before it verified in a snapshot's fresh sandbox)
 _ADDED_LATER = {"eval.sampling_seed": -1, "sft.data_seed": -1, "pool.dir": "",
+                "verifier.where": "snapshot",
                 "pool.decontaminate": True,
                 "rollouts.tokenizer": "", "rollouts.tool_format": "", "init.hf_path": ""}
 REUSE_RULES = {
@@ -213,12 +215,13 @@ def _played(summary: dict, out: Path) -> dict:
     """The summary of an evaluation in which some trial was played; else a RuntimeError with
     the first trial's error. When every trial ends in an infrastructure error (the engine or
     the sandboxes broken, not the policy), the rates would read as a policy that scores its
-    verifier's do-nothing share."""
-    if not summary["trials"] or summary["failure_modes"].get("infra_error", 0) < summary["trials"]:
+    verifier's do-nothing share (and they are excluded from the rates: none would be left)."""
+    infra = summary["failure_modes"].get("infra_error", 0)
+    if summary["trials"] or not infra:
         return summary
     rows = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     error = next((r.get("error") or "" for r in rows if r.get("error")), "")
-    raise RuntimeError(f"evaluation {out}: every one of its {summary['trials']} trials ended in "
+    raise RuntimeError(f"evaluation {out}: every one of its {infra} trials ended in "
                        f"an infrastructure error, so it measures nothing (remove the folder to "
                        f"evaluate again). The first trial's error ends with: {error[-600:]}")
 
@@ -468,6 +471,8 @@ class Recipe:
         summary = validate_pool(checked, stack.backend, out_dir=out, progress=bar,
                                 concurrency=self.config.sandbox.concurrency,
                                 limits=stack.limits, scale=stack.scale,
+                                verifier_mode=self.config.verifier.mode,
+                                verifier_where=self.config.verifier.where,
                                 run_id=f"recipe-oracle-{self.workdir.name}")
         # our own generator names its invariants: a goal assertion doing nothing passes is a
         # generator bug here, though only a leak in an outside pool, whose broken tasks the
@@ -499,7 +504,7 @@ class Recipe:
                 num_layers=trainer_cfg.num_hidden_layers,
                 top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
                 limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
-                verifier_mode=self.config.verifier.mode, tool_format=build.tool_format(
+                verifier_mode=self.config.verifier.mode, verifier_where=self.config.verifier.where, tool_format=build.tool_format(
                     self.config), system_prompt=self.system_prompt(),
                 **({} if outside_pool(self.config) else
                    {"final_answer": families.FINAL_ANSWER}),
@@ -539,7 +544,7 @@ class Recipe:
             top_k=cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
             limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
             final_answer=families.FINAL_ANSWER, system_prompt=self.system_prompt(),
-            verifier_mode=self.config.verifier.mode, tool_format=build.tool_format(self.config),
+            verifier_mode=self.config.verifier.mode, verifier_where=self.config.verifier.where, tool_format=build.tool_format(self.config),
             commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
             want_solved=False, source="slip", attempt=1,
             progress=killing_progress(count_bar(self.bars, "SFT data: teacher slips",
@@ -710,7 +715,7 @@ class Recipe:
                                                 max_new_tokens=c.rollouts.max_new_tokens),
                         concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
                         max_tokens=c.rl.max_length, system_prompt=self.system_prompt(),
-                        verifier_mode=c.verifier.mode, tool_format=build.tool_format(c),
+                        verifier_mode=c.verifier.mode, verifier_where=c.verifier.where, tool_format=build.tool_format(c),
                         command_timeout_s=c.sandbox.command_timeout_s,
                         max_observation_bytes=c.sandbox.max_output_bytes,
                         images=self.images, seed=self.eval_seed(),

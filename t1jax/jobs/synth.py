@@ -13,9 +13,9 @@ from t1jax.jobs import UsageError, build
 
 def _select(config):
     """The seed tasks: the pool, filtered. A malformed task only stops the run when selected."""
-    from t1jax.tasks.pool import PoolLoadError, default_pool_dir, load_pool
+    from t1jax.tasks.pool import PoolLoadError, load_pool
 
-    pool_dir = Path(config.pool_dir) if config.pool_dir else default_pool_dir()
+    pool_dir = build.task_folder(config)
     loaded = load_pool(pool_dir, skip_invalid=True)
     wanted = {t.strip() for t in config.task_filter.split(",") if t.strip()}
     errors = [e for e in loaded.errors if not wanted or Path(e.task_dir).name in wanted]
@@ -86,7 +86,7 @@ def run(config, workdir: Path) -> int:
             report = synthesize(tasks, backend, workdir, rounds=config.rounds, seed=config.seed,
                                 operators=names, per_round_limit=config.per_round_limit, llm=llm,
                                 progress=tick, concurrency=config.sandbox.concurrency,
-                                limits=limits, verifier_mode=config.verifier.mode,
+                                limits=limits, verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
                                 run_id=run_id, allow_network=config.sandbox.allow_network)
         finally:
             build.reap_best_effort(backend, run_id)  # whatever an interrupt left running

@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from t1jax.metrics_log import read_jsonl
+from t1jax.rollout.eval_summary import scored
 from t1jax.sandbox.output import strip_ansi
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: experiments/, configs/
@@ -137,7 +138,7 @@ def paired_by_task(a: list[dict], b: list[dict], key: str) -> tuple[float, float
     for rows in (a, b):
         per_task = defaultdict(list)
         for row in rows:
-            if row.get("status", "done") == "done":
+            if scored(row):  # infrastructure failures are no verdict on the policy
                 per_task[row["task_id"]].append(float(row[key]))
         means.append({task: sum(v) / len(v) for task, v in per_task.items()})
     tasks = sorted(set(means[0]) & set(means[1]))

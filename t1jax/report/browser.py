@@ -60,13 +60,15 @@ def rollout_trials(workdir, label: str, tokenizer) -> list[dict]:
                              if (d / "task.toml").is_file()), None)
             tasks[task_id] = load_task(task_dir) if task_dir else None
         task = tasks[task_id]
+        # older reports lack them: VerifierReport.failed's rule, and every failure then
+        # counted as the agent's (training kept none of ours)
+        failed = bool(report.get("failed", report.get("error") and not (
+            report.get("assertions") or report.get("tampered"))))
         verdict = SimpleNamespace(solved=bool(report.get("solved")),
                                   tampered=bool(report.get("tampered")),
                                   error=report.get("error"),
-                                  assertions=report.get("assertions") or [],
-                                  # older reports lack it: VerifierReport.failed's rule
-                                  failed=bool(report.get("failed", report.get("error") and not (
-                                      report.get("assertions") or report.get("tampered")))))
+                                  assertions=report.get("assertions") or [], failed=failed,
+                                  blame=report.get("blame", "agent" if failed else None))
         out.append({
             "label": label, "step": int(path.parent.name.split("_")[-1]), "task_id": task_id,
             "attempt": meta["attempt"], "category": task.category if task else "",

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from t1jax.rollout.eval_summary import scored
+
 RESAMPLES = 10_000
 
 
@@ -28,9 +30,9 @@ def per_task(trials: list[dict], key: str) -> dict[str, float]:
 
 
 def trial_value(trial: dict, key: str) -> float | None:
-    """A finished trial's `key` as a number ("resolved" as 0/1); None for a skipped trial or
-    one without the value."""
-    if trial.get("status", "done") != "done":
+    """A finished trial's `key` as a number ("resolved" as 0/1); None for a skipped trial, an
+    infrastructure failure (eval_summary.NOT_SCORED) or one without the value."""
+    if not scored(trial):
         return None
     value = bool(trial.get("resolved")) if key == "resolved" else trial.get(key)
     return float(value) if isinstance(value, (bool, int, float)) else None

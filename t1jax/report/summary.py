@@ -28,6 +28,7 @@ from pathlib import Path
 from t1jax.metrics_log import format_value as _fmt, read_jsonl, read_metrics
 from t1jax.report.plots import series, write_plots
 from t1jax.report.viewer import VIEWER_FILE, write_viewer
+from t1jax.rollout.eval_summary import excluded, scored
 
 STAGES = ("sft", "warmup", "ppo")
 REPORT_DIR = "report"
@@ -69,7 +70,8 @@ def label_order(label: str):
 def _summary_from_trials(label: str, trials: list[dict]) -> dict:
     """The headline numbers recomputed from trials.jsonl (summary.json is written last, so a
     killed eval has trials but no summary)."""
-    done = [t for t in trials if t.get("status", "done") == "done"]
+    finished = [t for t in trials if t.get("status", "done") == "done"]
+    done = [t for t in finished if scored(t)]  # infrastructure failures excluded
     def mean(values):
         values = [float(v) for v in values if isinstance(v, (int, float))]
         return sum(values) / len(values) if values else None
@@ -77,7 +79,7 @@ def _summary_from_trials(label: str, trials: list[dict]) -> dict:
     for t in done:
         by_category.setdefault(t.get("category") or "-", []).append(t)
     failure_modes: dict = {}
-    for t in done:
+    for t in finished:
         if t.get("failure_mode"):
             failure_modes[t["failure_mode"]] = failure_modes.get(t["failure_mode"], 0) + 1
     return {
@@ -93,6 +95,7 @@ def _summary_from_trials(label: str, trials: list[dict]) -> dict:
         "failure_modes": failure_modes,
         "skipped": [{"task_id": t.get("task_id"), "reason": t.get("skip_reason")}
                     for t in trials if t.get("status") == "skipped"],
+        "excluded": excluded(finished),
         "_from_trials": True,
     }
 
@@ -302,6 +305,14 @@ def write_summary(run: dict, plots: dict, report_dir: Path, workdir: Path) -> Pa
                 for l, s in skipped[:50]]
             if len(skipped) > 50:
                 out.append(f"- … and {len(skipped) - 50} more")
+            out.append("")
+        left_out = [(l, x) for l, d in evals.items() for x in (d["summary"].get("excluded") or [])]
+        if left_out:
+            out += ["### Excluded trials (infrastructure failures, not in the rates)", ""] + [
+                f"- {_md(l)}: `{_md(x.get('task_id'))}` attempt {x.get('attempt')}: "
+                f"{_md(str(x.get('why'))[-300:])}" for l, x in left_out[:50]]
+            if len(left_out) > 50:
+                out.append(f"- … and {len(left_out) - 50} more")
             out.append("")
     else:
         out += ["No evaluation results.", ""]

@@ -14,8 +14,28 @@ from collections import Counter, defaultdict
 from t1jax.verify.reward import goal_assertions
 
 FAILURE_MODES = ("resolved", "unresolved", "agent_timeout", "turn_limit", "context_exhausted",
-                 "sandbox_limit", "verifier_error", "tampered", "agent_error", "infra_error",
-                 "skipped")
+                 "prompt_over_budget", "sandbox_limit", "verifier_broken", "verifier_error",
+                 "tampered", "agent_error", "infra_error", "skipped")
+# The buckets, written once: resolved and the policy's failures (every mode but these two) are
+# scored; "infra_error" (ours: an engine, sandbox or daemon error, a verifier that could not
+# start, an offline stand-in that lacks a package, after INFRA_ATTEMPTS tries) is excluded
+# from every rate and named per task; "skipped" tasks never ran. "verifier_broken": the tests
+# ran in what the agent left and timed out or wrote no results: scored 0, as in training.
+NOT_SCORED = ("infra_error", "skipped")
+
+
+def scored(row: dict) -> bool:
+    """Whether a trials.jsonl row counts toward an evaluation's rates (NOT_SCORED)."""
+    return row.get("status", "done") == "done" and row.get("failure_mode") not in NOT_SCORED
+
+
+def excluded(rows: list[dict]) -> list[dict]:
+    """The finished trials left out of the rates (infrastructure failures), each named with
+    its task, attempt and the last reason it failed."""
+    return [{"task_id": r.get("task_id"), "attempt": r.get("attempt"),
+             "why": (r.get("infra_failures") or [r.get("verifier_error") or r.get("error")
+                                                 or ""])[-1]}
+            for r in rows if r.get("status", "done") == "done" and not scored(r)]
 UNCATEGORIZED, UNRATED = "uncategorized", "unknown"
 
 
@@ -32,14 +52,15 @@ def failure_mode(finish: str, report, error: str | None = None,
                  infra: str | None = None) -> str:
     """Why a finished trial ended as it did. Order: a failure outside the policy that its
     retries did not mend (infra: an engine or sandbox exception, a verifier that could not
-    run) unless the task got solved anyway, the agent loop's own failure (a prompt over the
-    context budget), the verifier's failure, tampering, success, then the agent's budget that
-    ran out, else plainly unresolved."""
+    run or whose failure is ours) unless the task got solved anyway, the agent loop's own
+    failure (a prompt over the context budget), tampering, success, a verification the
+    agent's sandbox broke, then the agent's budget that ran out, else plainly unresolved."""
     if infra is not None and not (report is not None and report.solved):
         return "infra_error"
     if error is not None and not (report is not None and report.solved
                                   and not report.tampered):
-        return "context_exhausted" if finish == "tokens" else "agent_error"
+        return {"tokens": "context_exhausted", "prompt": "prompt_over_budget"}.get(
+            finish, "agent_error")
     if report is None:
         return "verifier_error"
     if report.tampered:
@@ -47,7 +68,7 @@ def failure_mode(finish: str, report, error: str | None = None,
     if report.solved:
         return "resolved"
     if report.failed:
-        return "verifier_error"
+        return "infra_error" if report.blame == "infra" else "verifier_broken"
     return {"timeout": "agent_timeout", "turns": "turn_limit", "tokens": "context_exhausted",
             "context": "context_exhausted", "sandbox_limit": "sandbox_limit"}.get(finish, "unresolved")
 
@@ -77,7 +98,8 @@ def summarize(rows: list[dict], *, label: str = "", harness: str = "",
               seed: int | None = None) -> dict:
     """The summary of trials.jsonl rows (skipped rows become the `skipped` list); seed: the
     evaluation's sampling seed (None: fresh draws, not repeatable)."""
-    done = [r for r in rows if r["status"] == "done"]
+    modes = Counter(r["failure_mode"] for r in rows if r["status"] == "done")
+    done = [r for r in rows if scored(r)]
     skipped = {}
     for r in rows:
         if r["status"] == "skipped":
@@ -100,7 +122,6 @@ def summarize(rows: list[dict], *, label: str = "", harness: str = "",
                           "tasks": len({r["task_id"] for r in sub})}
         return out
 
-    modes = Counter(r["failure_mode"] for r in done)
     return {
         "label": label, "harness": harness, "tasks": len(per_task), "attempts": attempts,
         "trials": len(done), "resolved_rate": _task_mean(done, "resolved"),
@@ -115,6 +136,13 @@ def summarize(rows: list[dict], *, label: str = "", harness: str = "",
         "chunks_mean": _mean(r.get("chunks", 1) for r in done),
         "compactions_mean": _mean(r.get("compactions", 0) for r in done),
         "failure_modes": {m: modes.get(m, 0) for m in FAILURE_MODES if m != "skipped"},
+        "excluded": excluded(rows),
+        "prompt_over_budget": {r["task_id"]: ((r.get("error") or "").splitlines() or [""])[0]
+                               for r in done if r["failure_mode"] == "prompt_over_budget"},
+        "stand_in_notes": {t: sorted({n for r in rows if r["task_id"] == t
+                                      for n in r.get("stand_in_notes") or []})
+                           for t in sorted({r["task_id"] for r in rows
+                                            if r.get("stand_in_notes")})},
         "skipped": [{"task_id": t, "reason": why} for t, why in sorted(skipped.items())],
         "skipped_by_reason": dict(Counter(skip_kind(why) for why in skipped.values())),
         "duration_s": round(float(duration_s), 3), "sampling_seed": seed,
@@ -133,6 +161,9 @@ def summary_markdown(summary: dict) -> str:
              f"{s['avg_reward']:.3f} | {pct(s.get('goal_progress', 0.0))} | "
              f"{s['turns_mean']:.1f} | {s['tool_calls_mean']:.1f} | "
              f"{s['tokens_mean']:.0f} | {len(s['skipped'])} | {s['duration_s']:.0f} s |", ""]
+    if s.get("reward_scale"):
+        lines += [f"Dense reward = passed assertions / {s['reward_scale']['value']:g} "
+                  f"({s['reward_scale']['source']}); resolved = every assertion passed.", ""]
     if s["pass_at_k"]:
         ks = list(s["pass_at_k"])
         lines += ["## pass@k", "", "| " + " | ".join(f"pass@{k}" for k in ks) + " |",
@@ -148,6 +179,25 @@ def summary_markdown(summary: dict) -> str:
     lines += ["## Failure modes", "", "| mode | trials |", "|---|---|"]
     lines += [f"| {m} | {n} |" for m, n in s["failure_modes"].items() if n]
     lines.append("")
+    if s["failure_modes"].get("prompt_over_budget"):
+        lines += ["## Prompts over the agent's context budget (scored 0: the agent never "
+                  "acted)", "", "| task | prompt |", "|---|---|"]
+        lines += [f"| {t} | {table_cell(why, 200)} |"
+                  for t, why in s.get("prompt_over_budget", {}).items()]
+        lines.append("")
+    if s.get("stand_in_notes"):
+        lines += ["## Offline stand-ins: other versions than test.sh asked for (warnings)", "",
+                  "The tests ran, on the image's toolchain instead (BUILD.md, Terminal-Bench "
+                  "2.x).", "", "| task | what differed |", "|---|---|"]
+        lines += [f"| {t} | {table_cell('; '.join(notes), 400)} |"
+                  for t, notes in s["stand_in_notes"].items()]
+        lines.append("")
+    if s.get("excluded"):
+        lines += ["## Excluded trials (infrastructure failures: not counted in the rates)", "",
+                  "| task | attempt | why |", "|---|---|---|"]
+        lines += [f"| {x['task_id']} | {x['attempt']} | {table_cell(x['why'])} |"
+                  for x in s["excluded"]]
+        lines.append("")
     if s["skipped"]:
         lines += ["## Skipped tasks (not counted in the rates)", "", "| reason | tasks |",
                   "|---|---|"]
@@ -192,5 +242,6 @@ def skipped_note(summary: dict) -> str | None:
             f"rates. " + "; ".join(hints))
 
 
-__all__ = ["FAILURE_MODES", "SKIP_KINDS", "failure_mode", "goal_fraction", "pass_at_k",
-           "skip_kind", "skipped_note", "summarize", "summary_markdown", "table_cell"]
+__all__ = ["FAILURE_MODES", "NOT_SCORED", "SKIP_KINDS", "failure_mode", "goal_fraction",
+           "pass_at_k", "scored", "excluded", "skip_kind", "skipped_note", "summarize", "summary_markdown",
+           "table_cell"]

@@ -127,8 +127,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
              max_turns: int = 300, max_tokens: int | None = None,
              timeout_s: float | None = None, command_timeout_s: float | None = None,
              max_observation_bytes: int | None = None, system_prompt: str | None = None,
-             verifier_mode: str = "script", allow_network: bool = False,
-             internet_tasks: str = "skip", run_id: str | None = None,
+             verifier_mode: str = "script", verifier_where: str = "agent",
+             allow_network: bool = False, internet_tasks: str = "skip", run_id: str | None = None,
              images: dict | None = None, save_samples: bool = True, context=None,
              seed: int | None = None, progress: Callable[[str, str], Any] | None = None,
              tool_format: str = "qwen3_json", share: tuple[int, int] = (0, 1),
@@ -223,18 +223,21 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
             # an agent failure is graded too: the sandbox is as it left it
             outcome = run_trial(task, backend, play, image=images[task.task_id], limits=limits,
                                 run_id=run_id, scale=scale, verifier_mode=verifier_mode,
+                                verifier_where=verifier_where,
                                 allow_network=allow_network)
             traj, report, err = outcome.played, outcome.report, outcome.play_error
             if isinstance(err, RolloutError):  # the policy's own: over its token budget
                 error = f"RolloutError: {err}"
-                if "does not fit max_tokens" in str(err):
-                    row["finish"] = "tokens"
+                if "does not fit max_tokens" in str(err):  # the task's first prompt
+                    row["finish"] = "prompt"
             elif err is not None:  # an engine or sandbox failure
                 error = infra = f"{type(err).__name__}: {err}\n" + "".join(
                     traceback.format_exception(err, limit=3))
             if (verr := outcome.verify_error) is not None:  # the verifier failed
                 row["verifier_log"] = f"verifier failed: {type(verr).__name__}: {verr}"
                 infra = infra or row["verifier_log"]
+            elif report is not None and report.blame == "infra":  # ours: played again
+                infra = infra or f"verifier: {report.infra_cause}: {report.error}"
         return traj, report, error, box, infra
 
     def trial(task, attempt: int) -> dict:
@@ -242,7 +245,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
         t0 = time.monotonic()
         # A failure outside the policy (a container removed under the trial, a daemon error)
         # is no verdict on it: the trial is played again, and with a seed it samples the same
-        # tokens. One that keeps failing is kept as unresolved, failure mode "infra_error".
+        # tokens. One that keeps failing is failure mode "infra_error", excluded from every
+        # rate and named in summary.md (eval_summary.NOT_SCORED).
         for _ in range(INFRA_ATTEMPTS):
             row.update(verifier_log="", finish="")
             traj, report, error, box, infra = play_once(task, attempt, row)
@@ -267,6 +271,10 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
                        verifier_log=(report.log or "")[-OUTPUT_CHARS:])
             if report.error:
                 row["verifier_error"] = report.error
+            if report.stand_in_notes:  # ran on another toolchain than test.sh asked for
+                row["stand_in_notes"] = report.stand_in_notes
+            if report.blame == "agent":  # what it left broke its tests: a 0, as in training
+                row.update(resolved=False, reward=0.0)
         if error is not None:
             row["error"] = error[-OUTPUT_CHARS:]
         row["failure_mode"] = failure_mode(row["finish"], report, error, infra)
@@ -323,6 +331,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     partial.unlink(missing_ok=True)
     summary = summarize(rows, label=label, harness=harness, attempts=attempts,
                         duration_s=time.monotonic() - t_start, seed=seed)
+    # the dense reward's denominator: the same for every trial, whatever tasks ran beside
+    summary["reward_scale"] = {"value": scale.value, "source": scale.source}
     (out_dir / "summary.md").write_text(summary_markdown(summary))
     # summary.json marks the evaluation finished (a rerun keeps it): written whole or not at all
     tmp = out_dir / "summary.json.tmp"

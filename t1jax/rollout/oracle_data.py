@@ -276,7 +276,7 @@ class _Unfinished(Exception):
 
 def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: int,
                    workers: int = 2, limits: Limits = Limits(), verifier_mode: str = "script",
-                   max_len: int = 32768, attempt: int = 0, run_id: str | None = None,
+                   verifier_where: str = "agent", max_len: int = 32768, attempt: int = 0, run_id: str | None = None,
                    images: dict | None = None, final_answer: str = FINAL_ANSWER,
                    system_prompt: str | None = None, tool_format: str = "qwen3_json",
                    progress=None, commands_of=oracle_commands, want_solved: bool = True,
@@ -327,6 +327,7 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
 
         outcome = run_trial(task, backend, play, image=images[tid], limits=limits,
                             run_id=run_id, scale=scale, verifier_mode=verifier_mode,
+                            verifier_where=verifier_where,
                             grade_failed_play=False)
         if isinstance(outcome.play_error, _Unfinished):
             return None, str(outcome.play_error)

@@ -317,8 +317,8 @@ class _LoggedSandbox:
 
 def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
                   limits: Limits = Limits(), run_id: str = "adhoc", images: dict | None = None,
-                  verifier_mode: str = "script", seed: int | None = None,
-                  **episode_kwargs) -> TrialFn:
+                  verifier_mode: str = "script", verifier_where: str = "agent",
+                  seed: int | None = None, **episode_kwargs) -> TrialFn:
     """The real trial: agent episode in a task sandbox, verification, Sample.
 
     seed: None draws every call's sampling seed afresh; an int makes the run's rollouts
@@ -358,6 +358,7 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
         try:
             outcome = run_trial(task, backend, play, sandbox=state.sandbox, limits=limits,
                                 run_id=run_id, scale=scale, verifier_mode=verifier_mode,
+                                verifier_where=verifier_where,
                                 grade_failed_play=False, keep_open_on=(TrialStopped,))
         except TrialStopped:  # the sandbox stays open: the next step resumes the episode
             state.time_left_s -= time.monotonic() - t0
@@ -372,11 +373,15 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
             # OSError): the trial FAILS and is dropped, never trained as reward 0 for our outage
             raise outcome.verify_error
         traj, report = outcome.played, outcome.report
-        if report.failed:  # no assertion ran: whatever reward.txt says, it is not a reward
+        if report.blame == "infra":  # ours (stand-ins, no network): dropped, not a reward
             return TrialResult(request, FAILED, error=f"task {task.task_id} attempt "
-                               f"{request.attempt}: the verification failed: {report.error}")
+                               f"{request.attempt}: the verification failed "
+                               f"({report.infra_cause}): {report.error}")
         sample = make_sample(traj, report, task.task_id, request.attempt,
                              task.category or "")
+        if report.blame == "agent":  # its tests hung or wrote nothing in what it left: 0
+            sample.reward = 0.0
+            sample.metadata["verifier_broken"] = report.error
         sample.metadata["carried_steps"] = request.carried_steps
         sample.metadata["retokenized_drift"] = traj.retokenized_drift
         # what its log-probs are: "full" (log_softmax(logits / T), the trainer's) or "truncated"

@@ -146,7 +146,11 @@ class LiveRollouts:
             samples, failures = result.samples, len(result.failed)
             for failed in result.failed:
                 logging.warning("trial failed (dropped, not trained): %s", failed.error)
-        self.last_metrics = {"rollout/infra_failures": failures, **staleness(samples, step)}
+        # infra failures (ours) are dropped; verifications the agent broke are trained as 0
+        self.last_metrics = {"rollout/infra_failures": failures,
+                             "rollout/verifier_broken": sum("verifier_broken" in s.metadata
+                                                            for s in samples),
+                             **staleness(samples, step)}
         if not samples:
             raise RuntimeError(f"step {step}: no trial finished ({failures} failed); "
                                "see the warnings above")

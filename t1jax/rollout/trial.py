@@ -71,14 +71,15 @@ class TrialOutcome:
 
 def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_id: str,
               image: str | None = None, sandbox=None, scale: GlobalScale | None = None,
-              verifier_mode: str = "script", allow_network: bool = False,
+              verifier_mode: str = "script", verifier_where: str = "agent",
+              allow_network: bool = False,
               grade_failed_play: bool = True, catch: tuple = (Exception,),
               keep_open_on: tuple = ()) -> TrialOutcome:
     """One trial of `task`: a sandbox started from `image` as `task_sandbox_spec` says (or
     `sandbox`, one a stopped episode left open), `play(sandbox)`, then, when `scale` is given,
-    the verifier on a fresh snapshot of what the player left (also after the player failed,
-    unless grade_failed_play=False: an agent that crashed is graded on what it did), and the
-    sandbox closed.
+    the verifier on what the player left, in its sandbox or a snapshot's (verifier_where; also
+    after the player failed, unless grade_failed_play=False: an agent that crashed is graded on
+    what it did), and the sandbox closed.
 
     Failures of the types in `catch` are recorded on the outcome; others propagate once the
     sandbox is closed (a bug in our code must not read as a task's failure). An exception in
@@ -107,7 +108,7 @@ def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_
             try:
                 out.report = verify(task, sandbox, backend, scale, mode=verifier_mode,
                                     run_id=run_id, limits=task_limits(task, limits),
-                                    allow_network=allow_network)
+                                    allow_network=allow_network, where=verifier_where)
             except catch as err:
                 out.verify_error = err
     finally:

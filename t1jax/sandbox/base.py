@@ -113,6 +113,14 @@ class Sandbox(Protocol):
 
     def get_files(self, directory: str, names) -> dict[str, bytes]: ...
 
+    def fresh_exec(self, cmd: str, *, environment: dict, user: str | None, timeout: float,
+                   max_output_bytes: int) -> ExecResult:
+        """`cmd` as a new login to this sandbox runs it (the verifier's way, Harbor's `docker
+        exec`): none of the agent shell's state, whatever the agent left running alive."""
+
+    def cut_network(self) -> None:
+        """No network from now on (loopback stays); an error where that cannot be done."""
+
     def snapshot(self) -> str: ...
 
     def close(self) -> None: ...

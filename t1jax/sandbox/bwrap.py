@@ -45,8 +45,9 @@ import warnings
 from pathlib import Path
 
 from t1jax.sandbox import dockerfile_subset as layers, images
-from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.sandbox.base import ExecResult, Limits, SandboxError
 from t1jax.sandbox.docker import KEPT_CAPABILITIES
+from t1jax.sandbox.shell import quote as shell_quote
 from t1jax.sandbox.shell_sandbox import ShellSandbox
 
 CACHE = Path.home() / ".cache" / "t1jax"
@@ -301,6 +302,35 @@ class BwrapSandbox(ShellSandbox):
         finally:
             rmtree(tmp)
         return str(dest)
+
+    def cut_network(self) -> None:
+        """A bwrap sandbox shares the host's network or has none, fixed at its start."""
+        if self.network:
+            raise SandboxError(f"bwrap sandbox {self.name} shares the host's network, which "
+                               "cannot be taken from it while it runs (the offline verifier "
+                               "needs that): use --config.verifier.where=snapshot")
+
+    def fresh_exec(self, cmd: str, *, environment: dict, user: str | None, timeout: float,
+                   max_output_bytes: int) -> ExecResult:
+        """`cmd` as a new login to the sandbox runs it (see base.Sandbox): started from the
+        agent's shell (a bwrap sandbox is that shell's namespace) but under `env -i` with the
+        sandbox's starting environment plus `environment`, in its working directory, so none
+        of the shell's variables, functions or directory carry over. It runs as the sandbox's
+        one user: another `user` is refused (the snapshot verifier honours it)."""
+        if user and user != (self.user or "root"):
+            raise SandboxError(f"bwrap sandbox {self.name} runs as {self.user or 'root'}; it "
+                               f"cannot start a command as {user} (the verifier's user): use "
+                               "--config.verifier.where=snapshot")
+        if self.shell is None:
+            raise SandboxError("the sandbox is not running (call start() or use `with`)")
+        env = {"PATH": DEFAULT_PATH, "HOME": self._ids[2], **self.environment,
+               "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat",
+               "DEBIAN_FRONTEND": "noninteractive", **environment}
+        line = (f"cd {shell_quote(self.workdir or '/')} && env -i "
+                + " ".join(shell_quote(f"{k}={v}") for k, v in env.items())
+                + f" bash --noprofile --norc -c {shell_quote(cmd)}")
+        with self._lock:
+            return self.shell.run(line, timeout, max_output_bytes=max_output_bytes)
 
     # -- helpers ------------------------------------------------------------------------------
     @contextlib.contextmanager

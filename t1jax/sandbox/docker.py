@@ -23,7 +23,7 @@ import uuid
 import weakref
 
 from t1jax.sandbox import base, overlay
-from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.sandbox.base import ExecResult, Limits, SandboxError
 from t1jax.sandbox.shell import KILL_SCRIPT
 from t1jax.sandbox.shell_sandbox import ShellSandbox
 
@@ -318,21 +318,53 @@ class DockerSandbox(ShellSandbox):
         # (the filesystem survives, processes do not), as a shell that exited is replaced.
         # A container whose last process just died can still read "running" for a moment, and
         # the exec is then refused (409): a SandboxError, so the shell's restart loop tries again.
+        return self._exec_shell(self.user)
+
+    def _exec_shell(self, user: str | None, environment: dict | None = None) -> _ExecSocket:
+        """A shell exec'd as `user` (None: the image's), the container started again first if
+        all its processes died (files kept)."""
         import docker.errors
         try:
             self.container.reload()
             if self.container.status != "running":
                 self.restarts += 1
                 self.container.start()
-            shell = ("if command -v bash >/dev/null; then exec bash --noprofile --norc; "
-                     "else exec sh; fi")
-            exec_id = self.client.api.exec_create(
-                self.container.id, ["/bin/sh", "-c", shell], stdin=True, stdout=True,
-                stderr=True, tty=False, user=self.user or "", workdir=self.workdir)["Id"]
-            return _ExecSocket(self.client.api.exec_start(exec_id, socket=True))
+            return self._exec_socket(user, environment)
         except docker.errors.APIError as err:
             raise SandboxError(f"no shell could start in sandbox {self.container.name}: "
                                f"{err}") from err
+
+    def _exec_socket(self, user: str | None, environment: dict | None) -> _ExecSocket:
+        shell = ("if command -v bash >/dev/null; then exec bash --noprofile --norc; "
+                 "else exec sh; fi")
+        exec_id = self.client.api.exec_create(
+            self.container.id, ["/bin/sh", "-c", shell], stdin=True, stdout=True,
+            stderr=True, tty=False, user=user or "", workdir=self.workdir,
+            environment=environment or None)["Id"]
+        return _ExecSocket(self.client.api.exec_start(exec_id, socket=True))
+
+    def cut_network(self) -> None:
+        """Take every network from the running container (loopback stays): the offline
+        verifier's tests never reach the network, even where the agent could."""
+        import docker.errors
+        self.container.reload()
+        for name in (self.container.attrs.get("NetworkSettings") or {}).get("Networks") or {}:
+            if name == "none":
+                continue
+            try:
+                self.client.networks.get(name).disconnect(self.container, force=True)
+            except docker.errors.DockerException as err:
+                raise SandboxError(f"could not take network {name} from sandbox "
+                                   f"{self.container.name}: {err}") from err
+
+    def fresh_exec(self, cmd: str, *, environment: dict, user: str | None, timeout: float,
+                   max_output_bytes: int) -> ExecResult:
+        """`cmd` as Harbor's verifier runs it in the agent's container: a new `docker exec` as
+        `user` (None: the image's), with the container's environment plus `environment`, in
+        its working directory; none of the agent shell's state, and whatever the agent left
+        running keeps running. Its output counts toward no episode budget."""
+        return self._run_in_fresh_shell(lambda: self._exec_shell(user, environment), cmd,
+                                        timeout, max_output_bytes)
 
     def _stopped(self) -> bool:
         import docker.errors

@@ -98,7 +98,7 @@ class PersistentShell:
         if restore:
             init.append(f". {STATE_FILE} 2>/dev/null")
         if self.cwd:
-            init.append(f"cd {_quote(self.cwd)} 2>/dev/null")
+            init.append(f"cd {quote(self.cwd)} 2>/dev/null")
         init.append(f"printf '\\036T1R{n} %s\\n' \"$$\"")
         self._transport.send(("\n".join(init) + "\n").encode())
         match = self._read_until(re.compile(rb"\x1eT1R" + self._nonce + rb" (\d+)\n"),
@@ -117,17 +117,18 @@ class PersistentShell:
                 self._transport = None
 
     # -- commands -----------------------------------------------------------------------------
-    def run(self, cmd: str, timeout: float) -> ExecResult:
+    def run(self, cmd: str, timeout: float, max_output_bytes: int | None = None) -> ExecResult:
+        """max_output_bytes: this command's head + tail kept (default: the shell's)."""
         if self._transport is None:
             raise SandboxError("the shell is closed")
         if "\x00" in cmd:
             raise ValueError("a shell command cannot contain NUL bytes")
         n = self._nonce.decode()
         line = (f"printf '\\036T1S{n}\\n'; jobs -p; printf '\\036T1B{n}\\n'; "
-                f"eval {_quote(cmd)} </dev/null; __t1_rc=$?; export -p >{STATE_FILE} 2>/dev/null; "
+                f"eval {quote(cmd)} </dev/null; __t1_rc=$?; export -p >{STATE_FILE} 2>/dev/null; "
                 f"printf '\\n\\036T1E{n} %d %s\\n' \"$__t1_rc\" \"$PWD\"\n")
         start = time.monotonic()
-        out = HeadTailBuffer(self._max_output_bytes)
+        out = HeadTailBuffer(max_output_bytes or self._max_output_bytes)
         self._discarded = 0  # bytes read but not shown (drained after a kill); they count
         self._transport.send(line.encode())
 
@@ -263,5 +264,6 @@ class _Sink:
         self.total += len(data)
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
+    """`text` as one single-quoted shell word."""
     return "'" + text.replace("'", "'\\''") + "'"

@@ -111,11 +111,36 @@ class ShellSandbox:
     def _limit_violation(self) -> str | None:
         """Why the running command must stop now, if it must: the sandbox stopped under it
         (else its shell would wait out the command's whole timeout) or the storage quota."""
+        return self._down() or self._storage_violation()
+
+    def _down(self) -> str | None:
         if time.monotonic() - self._last_alive_check >= ALIVE_CHECK_INTERVAL_S:
             self._last_alive_check = time.monotonic()
             if self._stopped():
                 return SANDBOX_DOWN
-        return self._storage_violation()
+        return None
+
+    def _run_in_fresh_shell(self, transport, cmd: str, timeout: float,
+                            max_output_bytes: int) -> ExecResult:
+        """`cmd` in a shell of its own over `transport` (fresh_exec), closed after: the
+        same timeout, kill and output handling as the agent's commands, no episode budget."""
+        shell = PersistentShell(transport, self._kill_helper, workdir=self.workdir,
+                                max_output_bytes=max_output_bytes,
+                                kill_output_bytes=max(self.limits.kill_output_bytes,
+                                                      max_output_bytes),
+                                check_limits=self._down)
+        for attempt in range(3):  # a container whose processes just died can refuse an exec
+            try:
+                shell.start()
+                break
+            except SandboxError:
+                if attempt == 2:
+                    raise
+                time.sleep(0.5)
+        try:
+            return shell.run(cmd, timeout)
+        finally:
+            shell.close()
 
     def _storage_violation(self) -> str | None:
         if time.monotonic() - self._last_check < self._check_every:

@@ -117,6 +117,7 @@ def _probe(name, task, backend, image, scale, opts):
         probe = _ProbeBackend(backend, prepare)
         result = run_episode(task, "oracle" if name == "oracle" else "nothing", probe, image,
                              scale, limits=opts["limits"], verifier_mode=opts["verifier_mode"],
+                             verifier_where=opts["verifier_where"],
                              run_id=opts["run_id"], allow_network=opts["allow_network"])
         return result, probe.seen or [], probe.prepared
     except Exception as err:
@@ -211,10 +212,12 @@ def score_task(task, runs: dict) -> AuditReport:
 
 def audit_pool(tasks, backend, *, concurrency: int = 4, progress=None, judge=None,
                run_id: str = "adhoc", limits: Limits = Limits(), verifier_mode: str = "script",
-               scale=None, allow_network: bool = False) -> list[AuditReport]:
+               scale=None, allow_network: bool = False,
+               verifier_where: str = "agent") -> list[AuditReport]:
     """Build every image, run all probes in parallel sandboxes, score; best first, rejected
     last. `judge(task) -> {dim: score}` (e.g. a partial of llm_judge) is optional."""
-    opts = dict(limits=limits, verifier_mode=verifier_mode, run_id=run_id,
+    opts = dict(limits=limits, verifier_mode=verifier_mode, verifier_where=verifier_where,
+                run_id=run_id,
                 allow_network=allow_network, judge=judge)
     scale = scale or pool_scale(tasks)
     images, runs = {}, {t.task_id: {} for t in tasks}

@@ -218,8 +218,9 @@ class Synthesizer:
     """The sandbox work: parents' outputs, and the three validation runs of each candidate."""
 
     def __init__(self, backend, *, concurrency=4, limits=Limits(), verifier_mode="script",
-                 run_id="synth", allow_network=False):
+                 run_id="synth", allow_network=False, verifier_where="agent"):
         self.backend, self.limits, self.mode = backend, limits, verifier_mode
+        self.where = verifier_where
         self.run_id, self.allow_network = run_id, allow_network
         self.pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
 
@@ -240,7 +241,7 @@ class Synthesizer:
         scale = GlobalScale(max(static_assertion_count(task), 1), "synthesis") if check else None
         outcome = run_trial(task, self.backend, play, image=image, limits=self.limits,
                             run_id=self.run_id, scale=scale, verifier_mode=self.mode,
-                            allow_network=self.allow_network, grade_failed_play=False,
+                            verifier_where=self.where, allow_network=self.allow_network, grade_failed_play=False,
                             catch=catch)
         if outcome.error is not None:
             return None, (), outcome.error

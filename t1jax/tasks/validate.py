@@ -35,6 +35,9 @@ class EpisodeResult:
     agent_s: float
     total_s: float
     error: str | None = None
+    # the oracle's solve.sh: its exit code and the tail of its output (why an oracle failed)
+    solve_exit: int | None = None
+    solve_tail: str = ""
 
     @property
     def goal_passed(self) -> int:
@@ -43,10 +46,14 @@ class EpisodeResult:
         return sum(a.status == "passed" for a in goal_assertions(self.report))
 
 
-def run_agent(agent: str, task, sandbox) -> None:
-    """The scripted agents: 'oracle' runs solution/solve.sh; 'nothing' does nothing."""
+SOLVE_TAIL_CHARS = 1500
+
+
+def run_agent(agent: str, task, sandbox):
+    """The scripted agents: 'oracle' runs solution/solve.sh (returns its ExecResult: its exit
+    code and output say why a reference solution failed); 'nothing' does nothing (None)."""
     if agent == "nothing":
-        return
+        return None
     if agent != "oracle":
         raise ValueError(f"unknown scripted agent {agent!r}: {AGENTS}")
     if task.solution_script is None:
@@ -63,27 +70,33 @@ def run_agent(agent: str, task, sandbox) -> None:
                           timeout=task.agent.timeout_sec)
     if result.timed_out:
         raise SandboxError(f"task {task.task_id}: the oracle timed out after "
-                           f"{task.agent.timeout_sec:.0f} s ([agent] timeout_sec)")
+                           f"{task.agent.timeout_sec:.0f} s ([agent] timeout_sec); its output "
+                           f"ends: {result.output[-SOLVE_TAIL_CHARS:]}")
+    return result
 
 
 def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalScale, *,
                 limits: Limits, verifier_mode: str, run_id: str,
-                allow_network: bool = False) -> EpisodeResult:
-    """One trial: fresh sandbox, agent, verification in another fresh sandbox. Never raises for
-    a task's own failure: the error is recorded on the result."""
+                allow_network: bool = False, verifier_where: str = "agent") -> EpisodeResult:
+    """One trial: fresh sandbox, agent, verification (verifier_where). Never raises for a
+    task's own failure: the error is recorded on the result."""
     outcome = run_trial(task, backend, lambda sandbox: run_agent(agent, task, sandbox),
                         image=image, limits=limits, run_id=run_id, scale=scale,
-                        verifier_mode=verifier_mode, allow_network=allow_network,
-                        grade_failed_play=False, catch=(SandboxError, OSError, ValueError))
+                        verifier_mode=verifier_mode, verifier_where=verifier_where,
+                        allow_network=allow_network, grade_failed_play=False, catch=(SandboxError, OSError, ValueError))
     report = outcome.report
     error = outcome.error or (report.error if report is not None else None)
-    return EpisodeResult(task.task_id, agent, report, outcome.play_s, outcome.seconds, error)
+    solved = outcome.played
+    return EpisodeResult(task.task_id, agent, report, outcome.play_s, outcome.seconds, error,
+                         solve_exit=None if solved is None else solved.exit_code,
+                         solve_tail="" if solved is None else solved.output[-SOLVE_TAIL_CHARS:])
 
 
 def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 4,
                   limits: Limits = Limits(), verifier_mode: str = "script",
                   run_id: str = "adhoc", scale: GlobalScale | None = None,
-                  agents=AGENTS, progress=None, allow_network: bool = False) -> dict:
+                  agents=AGENTS, progress=None, allow_network: bool = False,
+                  verifier_where: str = "agent") -> dict:
     """Build every task's environment, run each agent on each task in parallel sandboxes, and
     write results.jsonl + results.md to `out_dir`. Returns the summary dict."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,7 +117,7 @@ def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 
     try:
         futures = [pool.submit(run_episode, task, agent, backend, images[task.task_id], scale,
                                limits=limits, verifier_mode=verifier_mode, run_id=run_id,
-                               allow_network=allow_network)
+                               allow_network=allow_network, verifier_where=verifier_where)
                    for task, agent in jobs]
         for future in as_completed(futures):
             results.append(future.result())
@@ -129,6 +142,8 @@ def summarize(results: list[EpisodeResult], scale: GlobalScale) -> dict:
             ok = (r.report is not None and r.error is None and r.report.total > 0
                   and r.report.passed == r.report.total and r.report.solved)
             row["oracle_ok"] = ok
+            if not ok and r.solve_exit is not None:  # why: what solve.sh said
+                row["oracle_solve"] = {"exit_code": r.solve_exit, "tail": r.solve_tail}
         elif r.agent == "nothing":
             goals = len(goal_assertions(r.report)) if r.report is not None else 0
             row["nothing_ok"] = (r.report is not None and not r.report.solved
@@ -149,7 +164,8 @@ def write_tables(results: list[EpisodeResult], summary: dict, out_dir: Path) -> 
             f.write(json.dumps({
                 "task_id": r.task_id, "agent": r.agent, "error": r.error,
                 "agent_s": round(r.agent_s, 3), "total_s": round(r.total_s, 3),
-                "goal_passed": r.goal_passed,
+                "goal_passed": r.goal_passed, "solve_exit": r.solve_exit,
+                "solve_tail": r.solve_tail,
                 "report": r.report.to_dict() if r.report else None}, default=str) + "\n")
     lines = [f"# Pool validation: {summary['healthy']}/{summary['tasks']} tasks healthy", "",
              f"Dense reward = passed assertions / {summary['global_scale']:g} "
@@ -161,8 +177,13 @@ def write_tables(results: list[EpisodeResult], summary: dict, out_dir: Path) -> 
         cells = ([f"{rep.passed} / {rep.total}", str(r.goal_passed), "yes" if rep.solved else "no",
                   f"{rep.reward:.3f}"] if rep else ["-", "-", "-", "-"])
         note = (r.error or "") + (f" tampered: {rep.tampered}" if rep and rep.tampered else "")
+        failed = not (rep and rep.solved and rep.passed == rep.total and not r.error)
+        if r.agent == "oracle" and failed and r.solve_exit is not None:
+            tail = " ".join(r.solve_tail.split())[-160:]
+            note = (f"solve.sh exited {r.solve_exit}" + (f": ...{tail}" if tail else "")
+                    + "; " + note)
         lines.append(f"| {r.task_id} | {r.agent} | " + " | ".join(cells)
-                     + f" | {r.total_s:.1f} | {note.replace('|', '/')[:200]} |")
+                     + f" | {r.total_s:.1f} | {note.replace('|', '/')[:400]} |")
     if summary["unhealthy"]:
         lines += ["", "Unhealthy: " + ", ".join(summary["unhealthy"])]
     if summary.get("nothing_leaks"):

@@ -208,3 +208,27 @@ def test_another_evaluation_draw_is_never_paired_with_the_source_run(tmp_path):
                 "eval": {"attempts": 3, "sampling_seed": seed}}
         got = link_reused(src, dst, config=mine)
         assert "sft" in got and ("eval/sft" in got) == linked, (seed, got)
+
+
+@pytest.mark.parametrize("name", ["oracle", "audit", "synth", "ppo", "eval", "tiny_cpu"])
+def test_every_job_verifies_in_place_by_default_and_refuses_a_wrong_place(name):
+    """verifier.where is checked before any job starts (experiments/run.py): a wrong one would
+    otherwise fail every trial's verification, one by one, as infrastructure failures."""
+    from t1jax.jobs import UsageError, check_verifier
+    config = importlib.import_module(f"configs.{name}").get_config(None)
+    assert config.verifier.where == "agent"
+    check_verifier(config)
+    config.verifier.where = "elsewhere"
+    with pytest.raises(UsageError, match="config.verifier.where='elsewhere'"):
+        check_verifier(config)
+    config.verifier.where, config.verifier.mode = "snapshot", "offlin"
+    with pytest.raises(UsageError, match="config.verifier.mode='offlin'"):
+        check_verifier(config)
+
+
+@pytest.mark.parametrize("name", sorted(JOB_CONFIGS))
+def test_a_variant_a_config_file_lacks_is_an_error_naming_its_variants(name):
+    """configs/<file>.py:<arg> with an arg the file does not define never falls back to the
+    default silently (configs/oracle.py:offline once did)."""
+    with pytest.raises(ValueError, match="no such|has no variant|unknown|variants"):
+        importlib.import_module(f"configs.{name}").get_config("no_such_variant")

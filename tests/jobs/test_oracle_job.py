@@ -50,9 +50,9 @@ def test_broken_task_makes_the_pool_unhealthy(tmp_path, docker_backend):
     malformed = pool / "malformed"
     shutil.copytree(ROOT / "t1jax" / "tasks" / "seed_tasks" / "organize-files", malformed)
     (malformed / "task.toml").write_text("schema_version = '9.9'\n")
-    proc = run([f"--config.pool_dir={pool}"], tmp_path / "strict")
+    proc = run([f"--config.tasks={pool}"], tmp_path / "strict")
     assert proc.returncode != 0 and "malformed" in proc.stderr and "task.toml" in proc.stderr
-    proc = run([f"--config.pool_dir={pool}", "--config.skip_invalid_tasks=True"], tmp_path / "out")
+    proc = run([f"--config.tasks={pool}", "--config.skip_invalid_tasks=True"], tmp_path / "out")
     assert proc.returncode == 1, proc.stderr[-3000:]
     summary = (tmp_path / "out" / "results.md").read_text()
     assert "1/2 tasks healthy" in summary and "Unhealthy: broken-solution" in summary

@@ -18,7 +18,7 @@ def test_pool_job_refuses_contamination_then_builds(tmp_path):
         shutil.copytree(seeds / name, pool / name)
     heldout = tmp_path / "heldout"
     shutil.copytree(seeds / "csv-join-report", heldout / "renamed-benchmark-task")
-    proc = subprocess.run(RUN + [f"--workdir={tmp_path / 'a'}", f"--config.pool_dir={pool}",
+    proc = subprocess.run(RUN + [f"--workdir={tmp_path / 'a'}", f"--config.tasks={pool}",
                                  f"--config.heldout_dirs={heldout}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
@@ -26,7 +26,7 @@ def test_pool_job_refuses_contamination_then_builds(tmp_path):
     assert not (tmp_path / "a" / "tfds").exists()  # nothing materialised from a tainted pool
 
     shutil.rmtree(pool / "csv-join-report")
-    proc = subprocess.run(RUN + [f"--workdir={tmp_path / 'b'}", f"--config.pool_dir={pool}",
+    proc = subprocess.run(RUN + [f"--workdir={tmp_path / 'b'}", f"--config.tasks={pool}",
                                  f"--config.heldout_dirs={heldout}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

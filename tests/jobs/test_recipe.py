@@ -200,14 +200,14 @@ def test_reuse_compares_what_each_phase_was_made_with(tmp_path):
 
 
 def test_an_evaluation_whose_every_trial_is_an_infrastructure_error_is_refused(tmp_path):
-    """An engine that crashes on every trial leaves each one an infra_error scored by its
-    verifier; the recipe must stop rather than report those rates as the policy's."""
+    """An engine that crashes on every trial leaves each one an infra_error, excluded from the
+    rates: none is left, and the recipe must stop rather than report an empty evaluation."""
     from t1jax.jobs.recipe import _played
     rows = [{"task_id": "t", "attempt": a, "error": "ValueError: Incompatible shapes"}
             for a in range(2)]
     (tmp_path / "trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = {"trials": 2, "failure_modes": {"infra_error": 2, "resolved": 0}}
+    summary = {"trials": 0, "failure_modes": {"infra_error": 2, "resolved": 0}}
     with pytest.raises(RuntimeError, match="every one of its 2 trials.*Incompatible shapes"):
         _played(summary, tmp_path)
-    summary["failure_modes"] = {"infra_error": 1, "resolved": 1}
+    summary.update(trials=1, failure_modes={"infra_error": 1, "resolved": 1})
     assert _played(summary, tmp_path) is summary

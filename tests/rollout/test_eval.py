@@ -216,7 +216,10 @@ def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
     assert summary["tokens_mean"] == pytest.approx(np.mean([r["tokens"] for r in done]))
     again = summarize(rows, label="oracle-test", harness="tools", attempts=2,
                       duration_s=summary["duration_s"])
-    assert again == summary
+    # a pure function of the rows, but for the scale the trials were scored on
+    assert again == {k: v for k, v in summary.items() if k != "reward_scale"}
+    assert summary["reward_scale"] == {"value": 5, "source": "test"}
+    assert "Dense reward = passed assertions / 5 (test)" in (out / "summary.md").read_text()
     md = (out / "summary.md").read_text()
     assert "pass@2" in md and "broken-build" in md and "needs-internet" in md
     assert "| needs the internet | 1 |" in md and "| image build failed | 1 |" in md
@@ -306,14 +309,15 @@ def test_an_evaluation_that_runs_nothing_fails_and_says_why(docker_backend, tmp_
 @pytest.mark.slow
 def test_load_policy_from_checkpoint_and_hf(tmp_path):
     """The job's policy sources: a training run's checkpoints/ (its actor, latest or a given
-    step), an HF safetensors dir, or the seeded random init."""
+    step), an HF safetensors dir, or the seeded random init. A checkpoint's run's dense-reward
+    scale (recorded by its live rollouts) is the scale its evaluation scores on."""
     import jax
     from flax import nnx
 
     from configs.eval import get_config
     from t1jax.checkpoint import Checkpointer
     from t1jax.jobs import UsageError
-    from t1jax.jobs.eval import load_policy
+    from t1jax.jobs.eval import _recorded_scale, load_policy
     from t1jax.model.hf_io import export_hf
 
     def params(model):
@@ -328,7 +332,7 @@ def test_load_policy_from_checkpoint_and_hf(tmp_path):
     other_params = jax.tree.map(lambda x: x + 1.0, base_params)  # "a later training step"
     with Checkpointer(tmp_path / "checkpoints", async_save=False) as ckpt:
         ckpt.save(2, {"actor": base_params}, {"step": 2})
-        ckpt.save(4, {"actor": other_params}, {"step": 4})
+        ckpt.save(4, {"actor": other_params}, {"step": 4, "source": {"reward_scale": 6.0}})
     with config.unlocked():
         config.seed = 7  # the init is overwritten by what is loaded
         config.policy.checkpoint = str(tmp_path / "checkpoints")
@@ -339,6 +343,13 @@ def test_load_policy_from_checkpoint_and_hf(tmp_path):
         config.policy.step = -1
     latest, label = load_policy(config)
     assert label == "step_0004"
+    assert _recorded_scale(config).value == 6.0
+    with config.unlocked():
+        config.policy.step = 2  # no live rollouts recorded a scale: the tasks' own
+        assert _recorded_scale(config) is None
+        config.policy.step, config.verifier.global_scale = -1, 4.0  # fixed by hand: that one
+        assert _recorded_scale(config) is None
+        config.verifier.global_scale = 0.0
     assert all(np.array_equal(a, b) for a, b in zip(params(latest),
                                                     jax.tree.leaves(other_params)))
     export_hf(latest, tmp_path / "hf")
@@ -418,8 +429,9 @@ class VanishingBackend:
 @pytest.mark.parametrize("vanish", [1, 5])
 def test_a_trial_whose_sandbox_vanished_is_played_again(docker_backend, tok, tmp_path, vanish):
     """A failure outside the policy is no verdict on it: the trial is played again (up to
-    INFRA_ATTEMPTS tries); one that keeps failing stays unresolved as "infra_error", counted
-    in the summary, never as the policy's agent_error."""
+    INFRA_ATTEMPTS tries); one that keeps failing is an "infra_error": counted among the
+    failure modes, named in summary.md, excluded from the rates, never the policy's
+    agent_error."""
     from t1jax.rollout.evaluate import INFRA_ATTEMPTS
     task = load_task(SEED / ORACLE_TASKS[0])
     engine = KeyedEngine(tok, {task.instruction: oracle_commands(task)[0]})
@@ -438,3 +450,24 @@ def test_a_trial_whose_sandbox_vanished_is_played_again(docker_backend, tok, tmp
         assert not row["resolved"] and row["failure_mode"] == "infra_error"
         assert summary["failure_modes"]["infra_error"] == 1
         assert summary["failure_modes"]["agent_error"] == 0
+        assert summary["trials"] == 0 and summary["tasks"] == 0  # nothing scored
+        assert [x["task_id"] for x in summary["excluded"]] == [task.task_id]
+        assert "Excluded trials" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_prompt_over_the_agents_budget_is_a_named_outcome(docker_backend, tok, tmp_path):
+    """constraints-scheduling's shape: the instruction alone is over the agent's context
+    budget. The trial is not a silent 0: its failure mode says so, and summary.md names the
+    task and the prompt's size (it is scored: the agent never acted)."""
+    task = load_task(SEED / ORACLE_TASKS[0])
+    engine = KeyedEngine(tok, {task.instruction: oracle_commands(task)[0]})
+    summary = evaluate([task], engine, tok, docker_backend, label="short", attempts=1,
+                       harness="tools", sampling=SamplingParams(max_new_tokens=64),
+                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1,
+                       max_turns=2, max_tokens=64, timeout_s=60.0)
+    [row] = read_trials(tmp_path / "trials.jsonl")
+    assert row["failure_mode"] == "prompt_over_budget" and row["finish"] == "prompt", row
+    assert summary["failure_modes"]["prompt_over_budget"] == 1 and summary["trials"] == 1
+    assert "does not fit max_tokens 64" in summary["prompt_over_budget"][task.task_id]
+    text = (tmp_path / "summary.md").read_text()
+    assert "Prompts over the agent's context budget" in text and task.task_id in text

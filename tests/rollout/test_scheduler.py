@@ -292,16 +292,22 @@ def test_episode_trial_batch_two_of_three_carries_the_straggler(docker_backend):
         docker_backend.reap(run_id)
 
 
+STAND_IN_GAP = "uvx: numpy is not in the image"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("outage", [SandboxError("the daemon went away"),
                                     OSError(28, "No space left on device"),
-                                    "the verifier wrote no results to /logs/verifier"],
-                         ids=["sandbox", "os", "no-results"])
-def test_a_verification_outage_drops_the_trial_instead_of_scoring_zero(docker_backend,
-                                                                       monkeypatch, outage):
-    """Two real trials that both solve the task; the first verification cannot run (an
-    outage of ours, injected at the verifier's boundary). That trial FAILS, named, and is
-    dropped and counted; the other is the step's sample. Nothing is trained as reward 0."""
+                                    "stand-ins", "no-results"],
+                         ids=["sandbox", "os", "stand-ins", "no-results"])
+def test_a_verification_outage_drops_the_trial_and_a_broken_one_trains_as_zero(
+        docker_backend, monkeypatch, outage):
+    """Two real trials that both solve the task; the first one's verification fails, injected
+    at the verifier's boundary. Ours (the daemon, the disk, an offline stand-in that lacks a
+    package): that trial FAILS, named, and is dropped and counted; the other is the step's
+    sample, and nothing is trained as reward 0 for our outage. The agent's (its tests ran in
+    what it left and wrote no results): that trial is the step's sample, at reward 0, counted
+    in rollout/verifier_broken: making the tests hang or write nothing is never a way out."""
     from t1jax.rollout.source import LiveRollouts
     from t1jax.rollout import trial as trial_lib
     from t1jax.tasks.sampler import EpochSampler
@@ -312,9 +318,14 @@ def test_a_verification_outage_drops_the_trial_instead_of_scoring_zero(docker_ba
     def verify(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
-            if isinstance(outage, str):  # a report with no result: reward.txt may still say 0
+            if outage == "no-results":  # reward.txt may still say 0
                 report = real_verify(*args, **kwargs)
-                return dataclasses.replace(report, assertions=[], binary=0.0, error=outage)
+                return dataclasses.replace(report, assertions=[], binary=0.0,
+                                           error="the verifier wrote no results")
+            if outage == "stand-ins":
+                report = real_verify(*args, **kwargs)
+                return dataclasses.replace(report, stand_in_errors=[STAND_IN_GAP],
+                                           error=STAND_IN_GAP, infra_cause="stand-ins")
             raise outage
         return real_verify(*args, **kwargs)
 
@@ -327,12 +338,20 @@ def test_a_verification_outage_drops_the_trial_instead_of_scoring_zero(docker_ba
                           engine=None, batch_size=1, oversample=2.0, carry_over=False)
     try:
         (sample,) = source.collect(0)
+        if outage == "no-results":
+            assert sample.reward == 0 and sample.metadata["verifier_broken"]
+            assert source.last_metrics["rollout/verifier_broken"] == 1
+            assert source.last_metrics["rollout/infra_failures"] == 0
+            assert not source.last_result.failed
+            return
         assert sample.reward > 0 and sample.metadata["verifier"]["solved"]
         assert source.last_metrics["rollout/infra_failures"] == 1 and len(calls) == 2
+        assert source.last_metrics["rollout/verifier_broken"] == 0
         # "v0" is no step number: no staleness is made up for it
         assert not any(key.startswith("staleness/") for key in source.last_metrics)
         (failed,) = source.last_result.failed
-        assert task.task_id in failed.error and str(outage) in failed.error
+        assert task.task_id in failed.error
+        assert (STAND_IN_GAP if outage == "stand-ins" else str(outage)) in failed.error
     finally:
         docker_backend.reap(run_id)
 

@@ -1,6 +1,8 @@
 """Verifier tests on real containers: scoring (dense, partial, binary fallback, CTRF over JUnit),
-the offline mode, timeouts, Terminal-Bench 1 tasks, snapshot clean-up, and the tamper defences:
-whatever an agent does to the tests, the results files or the test toolchain, it gains nothing.
+the offline mode, timeouts, Terminal-Bench 1 tasks, verification in the agent's own container
+(Harbor's way: a service the solution started answers the tests) and in a snapshot's (clean-up),
+and the tamper defences: whatever an agent does to the tests, the results files or the test
+toolchain, it gains nothing.
 
 Each scenario does what an agent would (commands in its sandbox), then verifies the episode the
 way `run_episode` does.
@@ -8,6 +10,7 @@ way `run_episode` does.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 import time
@@ -131,7 +134,7 @@ def built(docker_backend):
 
 
 def episode(backend, build, task, actions=(), *, agent="nothing", mode="script",
-            run_id: str | None = None, inspect=None):
+            run_id: str | None = None, inspect=None, where="agent"):
     """Start a sandbox, run the scripted agent, then the agent's shell `actions` (each must
     succeed), and verify. `inspect(sandbox)` runs after verification, sandbox still alive."""
     image = build(task)
@@ -141,7 +144,8 @@ def episode(backend, build, task, actions=(), *, agent="nothing", mode="script",
         for cmd in actions:
             result = sb.exec(cmd, timeout=60)
             assert result.exit_code == 0, f"agent action failed: {cmd}\n{result.output}"
-        report = verify(task, sb, backend, SCALE, mode=mode, run_id=run_id or "test-verifier")
+        report = verify(task, sb, backend, SCALE, mode=mode, run_id=run_id or "test-verifier",
+                        where=where)
         if inspect is not None:
             inspect(sb)
     return report
@@ -167,7 +171,11 @@ def nothing_report(docker_backend, built, log_task):
     return episode(docker_backend, built, log_task)
 
 
-def test_oracle_passes_every_assertion_and_snapshot_is_removed(docker_backend, built, log_task):
+@pytest.mark.parametrize("where", ["agent", "snapshot"])
+def test_oracle_passes_every_assertion_and_snapshot_is_removed(docker_backend, built, log_task,
+                                                               where):
+    """Both places give the same verdicts; in place no snapshot is made and no second
+    container starts, from a snapshot the image is removed after."""
     run_id = f"test-verifier-{uuid.uuid4().hex[:8]}"
     client = docker_backend.client
     seen = {}
@@ -179,7 +187,7 @@ def test_oracle_passes_every_assertion_and_snapshot_is_removed(docker_backend, b
         seen["containers"] = [c["Names"][0].lstrip("/") for c in left]
 
     report = episode(docker_backend, built, log_task, agent="oracle", run_id=run_id,
-                     inspect=inspect)
+                     inspect=inspect, where=where)
     assert report.error is None, report.log
     assert report.total >= 4 and report.passed == report.total
     assert all(a.status == "passed" for a in report.assertions)
@@ -189,7 +197,8 @@ def test_oracle_passes_every_assertion_and_snapshot_is_removed(docker_backend, b
     assert report.tampered == []
     assert set(report.test_checksums) == set(log_task.test_files())
     assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in report.test_checksums.values())
-    assert {"snapshot_s", "start_s", "run_s", "total_s"} <= set(report.timings)
+    assert {"start_s", "run_s", "total_s"} <= set(report.timings)
+    assert ("snapshot_s" in report.timings) == (where == "snapshot")
     assert report.to_dict()["passed"] == report.passed
     # the snapshot image of the agent's container was removed after verification
     assert seen["containers"] == [seen["name"]]
@@ -221,6 +230,152 @@ def test_do_nothing_fails_every_goal_assertion(nothing_report):
     assert not report.solved and report.binary == 0.0
     assert report.reward == pytest.approx(1 / 10)
     assert report.tampered == []
+
+
+SERVE_SOLVE = """#!/bin/bash
+cat > /app/server.py <<'EOF'
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8765))
+s.listen()
+while True:
+    c, _ = s.accept()
+    c.sendall(b"pong\\n")
+    c.close()
+EOF
+nohup python3 /app/server.py > /app/server.log 2>&1 &
+for i in $(seq 50); do
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', 8765))" 2>/dev/null && exit 0
+  sleep 0.1
+done
+exit 1
+"""
+SERVE_TESTS = """
+import socket
+from pathlib import Path
+
+
+def test_server_written():
+    assert Path("/app/server.py").is_file()
+
+
+def test_server_answers():
+    with socket.create_connection(("127.0.0.1", 8765), timeout=5) as c:
+        assert c.recv(16) == b"pong\\n"
+"""
+FRESH_EXEC_TESTS = """
+import os
+
+
+def test_no_agent_variable_and_the_workdir():
+    assert "AGENT_SECRET" not in os.environ and os.getcwd() == "/app"
+"""
+# a process the agent leaves behind that rewrites the tests while they run
+TEST_REWRITER = ("nohup sh -c 'while :; do [ -d /tests ] && echo \"def test_x(): pass\" "
+                 "> /tests/test_outputs.py 2>/dev/null; sleep 0.2; done' >/dev/null 2>&1 &")
+
+
+@pytest.mark.parametrize("where", ["agent", "snapshot"])
+def test_a_service_the_solution_started_answers_the_tests_in_place(docker_backend, built,
+                                                                   tmp_path, where):
+    """kv-store-grpc's shape: the reference solution starts a server and the tests talk to
+    it. Verified in the agent's container (Harbor's way, the default) the server is alive and
+    the task is solved; in a snapshot's fresh container (the opt-in hardening) processes are
+    gone and the test of the server fails: the cost BUILD.md states."""
+    task = load_task(write_tb2(tmp_path, "serve-pong", test_sh=SEED_TEST_SH,
+                               tests={"test_outputs.py": SERVE_TESTS}, solve_sh=SERVE_SOLVE))
+    report = episode(docker_backend, built, task, agent="oracle", where=where)
+    got = {name.split("::")[-1]: status for name, status in statuses(report).items()}
+    if where == "agent":
+        assert report.solved and report.tampered == [], report.log[-2000:]
+        assert got == {"test_server_written": "passed", "test_server_answers": "passed"}
+    else:
+        assert not report.solved
+        assert got == {"test_server_written": "passed", "test_server_answers": "failed"}
+
+
+def test_in_place_the_tests_run_without_the_agent_shells_state(docker_backend, built, tmp_path):
+    """The agent's shell exported a variable and changed directory: the tests run in a fresh
+    exec (no such variable, the image's WORKDIR). A process the agent left that rewrites
+    /tests/test_outputs.py every 0.2 s is caught by the checksums after the run."""
+    task = load_task(write_tb2(tmp_path, "fresh-exec", test_sh=SEED_TEST_SH,
+                               tests={"test_outputs.py": FRESH_EXEC_TESTS}))
+    clean = episode(docker_backend, built, task, actions=["export AGENT_SECRET=1", "cd /tmp"])
+    assert clean.solved and clean.tampered == [], clean.log[-2000:]
+    raced = episode(docker_backend, built, task, actions=[TEST_REWRITER])
+    assert raced.reward == 0 and raced.reward_mode == "tampered", raced.log[-2000:]
+    assert any("checksums changed" in t for t in raced.tampered), raced.tampered
+
+
+OUT_TESTS = """
+from pathlib import Path
+
+
+def test_out_written():
+    assert Path("/app/out.txt").read_text().strip() == "out"
+"""
+# what an agent can do to its sandbox so that its tests cannot give a verdict
+SABOTAGE = {
+    "fifo": ["mkfifo /app/out.txt"],  # the test's open() blocks: the verifier times out
+    "deleted_python": ["rm -f /usr/bin/python3* /usr/local/bin/python3*"],
+    "killed_verifier": ["nohup sh -c 'while :; do pkill -9 -f pytest; sleep 0.05; done' "
+                        ">/dev/null 2>&1 &"],
+}
+
+
+@pytest.mark.parametrize("sabotage", sorted(SABOTAGE))
+def test_a_sabotaged_verification_scores_zero_in_evaluation_and_training(
+        docker_backend, built, tmp_path, sabotage):
+    """Each way an agent can keep its tests from a verdict lands in a scored bucket at 0,
+    never in the infrastructure bucket that would drop it: in evaluation its failure mode
+    (eval_summary.failure_mode, scored) and in training the reward the scheduler trains on
+    (blame "agent": 0; tampered: 0)."""
+    from t1jax.rollout.eval_summary import NOT_SCORED, failure_mode
+    task = load_task(write_tb2(tmp_path, f"sabotage-{sabotage}", test_sh=SEED_TEST_SH,
+                               tests={"test_outputs.py": OUT_TESTS}, verifier_timeout=8.0))
+    report = episode(docker_backend, built, task, actions=SABOTAGE[sabotage])
+    mode = failure_mode("done", report)
+    assert mode not in NOT_SCORED and report.blame != "infra", (mode, report.error)
+    assert report.reward == 0 and not report.solved, report.log[-2000:]
+    assert mode == {"fifo": "verifier_broken", "deleted_python": "tampered",
+                    "killed_verifier": "unresolved"}[sabotage], (mode, report.error)
+    if sabotage == "fifo":
+        assert report.timed_out and report.blame == "agent"
+
+
+def test_a_failed_oracle_says_what_its_solve_sh_said(docker_backend, built, tmp_path):
+    """The oracle job names why a reference solution failed: solve.sh's exit code and the
+    tail of its output, in results.jsonl, results.md and the summary (count-dataset-tokens'
+    solution needs the network; offline it showed only "unhealthy")."""
+    from t1jax.tasks.validate import validate_pool
+    solve = "#!/bin/bash\necho 'fetching the tokenizer from huggingface.co...'\nexit 3\n"
+    task = load_task(write_tb2(tmp_path / "tasks", "needs-net", test_sh=SEED_TEST_SH,
+                               tests={"test_outputs.py": OUT_TESTS}, solve_sh=solve))
+    built(task)
+    out = tmp_path / "out"
+    summary = validate_pool([task], docker_backend, out_dir=out, concurrency=1,
+                            run_id="test-oracle-why")
+    assert summary["unhealthy"] == ["needs-net"]
+    row = next(r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())
+               if r["agent"] == "oracle")
+    assert row["solve_exit"] == 3 and "huggingface.co" in row["solve_tail"]
+    assert "solve.sh exited 3: ...fetching the tokenizer from huggingface.co" in \
+        (out / "results.md").read_text()
+
+
+def test_in_place_a_container_whose_processes_all_died_is_started_again(docker_backend, built,
+                                                                        log_task):
+    """An agent that ends with `kill -9 -1` as root stops its own container: verified in place,
+    it is started again (its files kept, its processes gone, as a shell that exited is
+    replaced) and the tests give their verdict on what it left."""
+    image = built(log_task)
+    with docker_backend.create(SandboxSpec(image=image, workdir="/app",
+                                           run_id="test-verifier")) as sb:
+        run_agent("oracle", log_task, sb)
+        sb.container.kill()
+        report = verify(log_task, sb, docker_backend, SCALE, run_id="test-verifier")
+    assert report.error is None and report.solved and report.tampered == [], report.log[-2000:]
 
 
 def assert_gains_nothing(report, nothing_report):
@@ -420,6 +575,10 @@ def test_offline_mode_runs_official_test_sh_with_stand_ins(docker_backend, built
     assert all("test_hello" in n for n in statuses(report))
     assert report.solved and report.binary == 1.0 and report.reward == pytest.approx(2 / 10)
     assert report.reward_mode == "dense"
+    # the toolchain it ran on instead of the one test.sh asked for: kept, for the summary
+    notes = " ".join(report.stand_in_notes)
+    assert "Python 3.13 requested; using the image's Python 3.11" in notes, notes
+    assert "pytest==8.4.1: using the image's pytest" in notes, notes
     # not solved: per-assertion failures, read from the CTRF file (the stand-in's)
     report = episode(docker_backend, built, task, mode="offline")
     assert (report.passed, report.total) == (0, 2) and not report.solved and report.binary == 0
@@ -437,8 +596,9 @@ def test_offline_stand_ins_fail_clearly_on_what_the_image_lacks(docker_backend, 
                      mode="offline")
     assert "'no-such-package==1.0' is not installed in this image" in report.log
     assert report.assertions == [] and not report.solved
-    # not a reward: the trial is dropped from training and a verifier_error in evaluation
+    # not a reward, and ours: dropped from training, an infra_error (excluded) in evaluation
     assert report.failed and "no-such-package==1.0" in report.error
+    assert report.blame == "infra" and "stand-ins" in report.infra_cause
     assert any("no-such-package==1.0" in e for e in report.stand_in_errors)
     report = episode(docker_backend, built, task, actions=["echo hello > hello.txt"],
                      mode="pytest")
