@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from t1jax.sandbox import make_backend  # noqa: E402
 from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
-from t1jax.sandbox.base import Limits  # noqa: E402
+from t1jax.sandbox.base import Limits, SandboxError  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
 from t1jax.tasks.validate import run_episode  # noqa: E402
 from t1jax.verify.reward import pool_scale  # noqa: E402
@@ -53,9 +53,17 @@ def main() -> None:
     backend = make_backend(args.backend)
     tasks = load_pool(default_pool_dir()).tasks
     scale = pool_scale(tasks)
-    images = {t.task_id: backend.build(t) for t in tasks}
+    images, unbuilt = {}, []
+    for t in tasks:  # a backend that cannot build a task (bwrap's Dockerfile subset) skips it
+        try:
+            images[t.task_id] = backend.build(t)
+        except SandboxError as err:
+            unbuilt.append(f"{t.task_id} ({str(err).splitlines()[0][:120]})")
+    tasks = [t for t in tasks if t.task_id in images]
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"python {platform.python_version()}; backend {args.backend}; {len(tasks)} tasks")
+          f"python {platform.python_version()}; backend {args.backend}; {len(tasks)} tasks"
+          + (f"; {len(unbuilt)} not buildable here, left out: {'; '.join(unbuilt)}"
+             if unbuilt else ""))
 
     image = images[tasks[0].task_id]
     times = []
