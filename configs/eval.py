@@ -14,8 +14,8 @@ samples/*.npz to the workdir.
   python experiments/run.py --config configs/eval.py:smoke --workdir runs/eval-smoke
 
 How trials are rolled out (engine, fleet, tokenizer, tool format, turns, reply length, sampling
-seed, compaction) is the `rollouts` block, spelled as the training configs spell it
-(configs/ppo.py), so a flag means one thing in every job.
+seed, compaction) is the `rollouts` block, spelled as the recipe configs spell it
+(configs/tiny_cpu.py), so a flag means one thing in every job.
 """
 
 import ml_collections
@@ -48,7 +48,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     r.engine = "embedded"  # embedded (in-process JAX) | fleet (servers hold the policy)
     r.engine_batch = 8  # sequences the embedded engine decodes together
     r.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
-    r.fleet_router = ""  # an SGLang model gateway in front of them (configs/ppo.py)
+    r.fleet_router = ""  # an SGLang model gateway in front of them (configs/tiny_cpu.py)
     r.fleet_timeout_s = 300.0  # per HTTP call to a fleet server
     r.fleet_retries = 2  # extra attempts on other servers after a failure
     r.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)

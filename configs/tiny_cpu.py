@@ -76,7 +76,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rollouts.engine = "embedded"
     config.rollouts.engine_batch = 8
     config.rollouts.fleet_urls = ""
-    config.rollouts.fleet_router = ""  # configs/ppo.py says what it is
+    # an SGLang model gateway in front of them (smg >= 1.13, --policy consistent_hashing):
+    # generation goes through it, weights are published to every fleet_urls server
+    config.rollouts.fleet_router = ""
     config.rollouts.fleet_timeout_s = 300.0  # per HTTP call to a fleet server
     config.rollouts.fleet_retries = 2  # extra attempts on other servers after a failure
     config.rollouts.weights_dir = ""
@@ -94,6 +96,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # qwen3_json | qwen3_xml; "": the checkpoint's (init.hf_path) or tokenizer folder's chat
     # template says (t1jax/rollout/chat.py), else qwen3_json
     config.rollouts.tool_format = ""
+    # "": Warm-Up and PPO play live; a folder of step_*/ sample folders (what a run records
+    # in warmup/rollouts/ and ppo/rollouts/): replayed instead, step t from the t-th (cycling),
+    # with no sandbox and no engine (trainer ablations, resume tests)
+    config.rollouts.recorded_dir = ""
     config.rollouts.tito = True  # False: the text round-trip of configs/ablations.py:no_tito
     config.rollouts.sampling_seed = -1  # -1: from config.seed and the stage; >= 0: this, every stage
     context_config(config.rollouts)
@@ -118,6 +124,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sft.lr = 3e-3
     config.sft.lr_schedule = "cosine"  # decayed to 0 at the last step: constant | cosine
     config.sft.data_seed = -1  # the order SFT reads its samples in; -1: config.seed
+    # "": the oracle's (and the slipping teacher's) episodes on the train split, played by the
+    # sft phase; a folder of .npz samples (t1jax.rollout.sample): SFT trains on those instead
+    config.sft.data_dir = ""
     config.sft.checkpoint_every = 50  # a killed SFT resumes from its last multiple of this
     # every train task's SFT data hold the reference episode and a teacher's slip
     # (t1jax.tasks.families.slip_command), so SFT imitates a teacher right half the time and

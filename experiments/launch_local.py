@@ -2,7 +2,7 @@
 coordinator on 127.0.0.1, each with its own CPU devices, as N hosts of a pod would run it.
 
   .venv/bin/python experiments/launch_local.py --processes 2 --devices 2 -- \\
-      --config configs/ppo.py:sft --workdir runs/sft_2proc [--config.x=y ...]
+      --config configs/tiny_cpu.py --workdir runs/tiny_cpu_2proc [--config.x=y ...]
 
 What a cluster does for every host, done here for N local processes: the JAX_* variables that
 t1jax/distributed.py reads, and XLA's host device count. Each process's output lines are

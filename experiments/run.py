@@ -47,10 +47,9 @@ def main(argv) -> None:
     from t1jax.jobs import MODES
     if config.mode not in MODES:
         raise app.UsageError(f"unknown mode {config.mode!r} in the config; known: {sorted(MODES)}")
-    if multi and config.mode not in ("train", "recipe"):
+    if multi and config.mode != "recipe":
         raise app.UsageError(f"mode {config.mode!r} runs as one process; a multi-process job "
-                             "runs the recipe (configs/tiny_cpu.py, the real-scale configs) or "
-                             "the train job's stages (issue #43)")
+                             "runs the recipe (configs/tiny_cpu.py, the real-scale configs)")
     workdir = Path(_WORKDIR.value or os.path.join("runs", config.mode)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     if not multi or distributed.is_main():  # (a single process touches no device here)

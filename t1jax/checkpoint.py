@@ -127,8 +127,8 @@ class Checkpointer:
 
     @classmethod
     def reader(cls, directory) -> "Checkpointer":
-        """Opens ``directory`` to read another run's checkpoints (eval, ``init.actor``,
-        ``init.critic``): read-only, see the class docstring."""
+        """Opens ``directory`` to read another run's checkpoints (an evaluation, the
+        next phase's starting weights): read-only, see the class docstring."""
         return cls(directory, async_save=False, read_only=True)
 
     # -- save ----------------------------------------------------------------------------------

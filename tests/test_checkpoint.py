@@ -320,7 +320,7 @@ def test_a_killed_saves_leftovers_are_gone_when_the_checkpointer_is_made(tmp_pat
 
 
 def test_a_reader_deletes_nothing_and_creates_nothing(tmp_path):
-    """Eval, init.actor and init.critic open another run's folder. A writer's constructor
+    """An evaluation and the next phase's start open another run's folder. A writer's constructor
     removes temporary steps (its own killed saves), and deleted a live writer's save in flight
     when readers were writers too; and a mistyped path came back as a new empty folder."""
     directory = tmp_path / "checkpoints"
@@ -420,7 +420,7 @@ def test_a_critic_scored_on_another_reward_scale_is_refused(tmp_path):
     with Checkpointer(ckpt) as c:
         c.save(1, {"critic": {"w": jnp.ones(2)}}, {"step": 1, "source": {"reward_scale": 4.0}})
         c.wait()
-    with pytest.raises(UsageError, match=r"init\.critic: .*scale is 9 here but 4 in the critic"):
+    with pytest.raises(UsageError, match=r"critic to start from .*scale is 9 here but 4 in the critic"):
         start_weights(None, tmp_path / "ppo" / "checkpoints", critic=ckpt, reward_scale=9.0)
     from t1jax.tasks.sampler import EpochSampler
     live = LiveRollouts(None, [], EpochSampler(1, 0), None, batch_size=1, reward_scale=9.0)

@@ -8,7 +8,6 @@ MODES = {
     "synth": "t1jax.jobs.synth",
     "audit": "t1jax.jobs.audit",
     "pool": "t1jax.jobs.pool",
-    "train": "t1jax.jobs.train",
     "recipe": "t1jax.jobs.recipe",
     "eval": "t1jax.jobs.eval",
 }

@@ -162,8 +162,8 @@ def start_weights(trainer, checkpoints, *, hf_path: str = "", actor="", critic="
                   reward_scale: float | None = None) -> None:
     """A fresh run's starting weights; none when `checkpoints` holds a finished step (the loop
     resumes from it). The policy (and the critic's backbone) from a Hugging Face directory
-    (config.init.hf_path) or another run's actor (SFT), then another run's critic (Warm-Up),
-    refused if that run scored its trials on another dense-reward scale than `reward_scale`
+    (config.init.hf_path) or an earlier phase's actor (SFT), then its critic (Warm-Up),
+    refused if that phase scored its trials on another dense-reward scale than `reward_scale`
     (this run's)."""
     from t1jax.checkpoint import Checkpointer, has_checkpoint
     from t1jax.rl import loop
@@ -176,7 +176,7 @@ def start_weights(trainer, checkpoints, *, hf_path: str = "", actor="", critic="
         try:
             check_reward_scale(recorded, reward_scale, f"the critic's run ({critic})")
         except ValueError as err:
-            raise UsageError(f"config.init.critic: {err}") from err
+            raise UsageError(f"the critic to start from ({critic}): {err}") from err
     if hf_path:
         if not Path(hf_path, "config.json").is_file():
             raise UsageError(f"config.init.hf_path={hf_path} has no config.json "

@@ -62,7 +62,8 @@ _EVAL_KEYS = ("eval.attempts", "eval.temperature", "eval.sampling_seed", "agent"
 # Config entries added after runs were made: a source's config.json without one holds what
 # it then did, the default, so it still compares equal to a run that keeps the default.
 # (verifier.where: runs before it verified in a snapshot's fresh sandbox)
-_ADDED_LATER = {"eval.sampling_seed": -1, "sft.data_seed": -1, "pool.dir": "",
+_ADDED_LATER = {"eval.sampling_seed": -1, "sft.data_seed": -1, "sft.data_dir": "",
+                "rollouts.recorded_dir": "", "pool.dir": "",
                 "verifier.where": "snapshot",
                 "pool.decontaminate": True,
                 "rollouts.tokenizer": "", "rollouts.tool_format": "", "init.hf_path": ""}
@@ -72,7 +73,7 @@ REUSE_RULES = {
     "oracle": ("pool", ("oracle", "verifier")),
     "sft": ("tokenizer.json", ("sft", "model", "init.hf_path", "rollouts.tool_format")),
     "warmup": ("sft", ("warmup", "rl.gamma", "rl.lam", "rl.value_clip", "rl.critic_lr",
-                       "rl.value_head_init", "rollouts.max_turns",
+                       "rl.value_head_init", "rollouts.max_turns", "rollouts.recorded_dir",
                        "rollouts.max_new_tokens", "rl.max_length", "verifier")),
     "eval/base": ("tokenizer.json", ("model", "init.hf_path") + _EVAL_KEYS),
     "eval/sft": ("sft", _EVAL_KEYS),
@@ -249,7 +250,14 @@ def check_sources(config) -> None:
                              "generated task families")
     if r.get("tokenizer", "") and not Path(r.tokenizer).is_file():
         raise UsageError(f"config.rollouts.tokenizer={r.tokenizer} is not a file")
-    if pool is not None and config.sft.teacher_slips:
+    data_dir, recorded = config.sft.get("data_dir", ""), r.get("recorded_dir", "")
+    if data_dir and not (Path(data_dir).is_dir() and any(Path(data_dir).glob("*.npz"))):
+        raise UsageError(f"config.sft.data_dir={data_dir} holds no .npz samples (what "
+                         "t1jax.rollout.sample.save_samples writes)")
+    if recorded and not (Path(recorded).is_dir() and any(Path(recorded).glob("step_*/"))):
+        raise UsageError(f"config.rollouts.recorded_dir={recorded} holds no step_* folders "
+                         "(what live rollouts record in <phase>/rollouts/)")
+    if pool is not None and config.sft.teacher_slips and not data_dir:
         raise UsageError("config.sft.teacher_slips=True needs the generated task families "
                          "(a slip is a family's own wrong command); an outside pool "
                          f"(config.pool.dir={pool}) runs with --config.sft.teacher_slips=False")
@@ -294,9 +302,14 @@ class Recipe:
         """The train split's task stack (its reward scale is the run's), built once."""
         if self._stack is None:
             from tokenizers import Tokenizer
+            self.need_pool()
             tok = Tokenizer.from_file(str(self.workdir / "tokenizer.json"))
             self._stack = build.task_stack(self.config, self.split("train"), tok)
         return self._stack
+
+    def config_json(self) -> str:
+        """The run's config, kept in every checkpoint's meta (what made these weights)."""
+        return json.dumps(self.config_dict)
 
     def hf_path(self) -> str:
         """config.init.hf_path: the base policy's Hugging Face checkpoint ("" = random init)."""
@@ -333,12 +346,22 @@ class Recipe:
 
     # -- phases ------------------------------------------------------------------------------
 
+    def need_pool(self) -> None:
+        """A UsageError, not a missing-file trace, when a phase that plays tasks runs in a
+        workdir whose pool phase has not finished."""
+        if not _done(self.pool_dir):
+            raise UsageError(f"{self.workdir} has no finished pool phase, which the phases "
+                             "asked for play tasks from: add pool to --config.phases (SFT "
+                             "on config.sft.data_dir and Warm-Up / PPO on "
+                             "config.rollouts.recorded_dir need none)")
+
     def split(self, name: str) -> list:
         """The pool's tasks of split `name`: train, heldout (the test split, evaluated only by
         the final evaluations) or validation (settings are chosen on it; [] in a pool without
         one). Read once."""
         if name not in self._splits:
             from t1jax.tasks.pool import load_pool
+            self.need_pool()
             folder = self.pool_dir / name
             self._splits[name] = ([] if name == "validation" and not folder.is_dir()
                                   else load_pool(folder).tasks)
@@ -494,18 +517,22 @@ class Recipe:
         out = self.workdir / "sft"
         if _done(out):
             return
-        s = self.stack()
-        data = out / "sft_data"
+        # the user's own samples (config.sft.data_dir), or the oracle's episodes played here
+        data = Path(self.config.sft.data_dir) if self.config.sft.get("data_dir") else \
+            out / "sft_data"
         # never a partial set a killed run left; process 0 builds it, every process reads it
-        if distributed.is_main() and not dataset_complete(data):
+        if distributed.is_main() and not self.config.sft.get("data_dir") \
+                and not dataset_complete(data):
+            s = self.stack()
             trainer_cfg = self.config.model
             samples, skipped = oracle_samples(
                 s.tasks, s.backend, s.tokenizer, s.scale,
                 num_layers=trainer_cfg.num_hidden_layers,
                 top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
                 limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
-                verifier_mode=self.config.verifier.mode, verifier_where=self.config.verifier.where, tool_format=build.tool_format(
-                    self.config), system_prompt=self.system_prompt(),
+                verifier_mode=self.config.verifier.mode,
+                verifier_where=self.config.verifier.where,
+                tool_format=build.tool_format(self.config), system_prompt=self.system_prompt(),
                 **({} if outside_pool(self.config) else
                    {"final_answer": families.FINAL_ANSWER}),
                 progress=killing_progress(count_bar(self.bars, "SFT data: oracle episodes",
@@ -526,7 +553,8 @@ class Recipe:
                                   checkpoint_every=min(self.config.sft.checkpoint_every,
                                                        self.config.sft.steps),
                                   keep_checkpoints=self.config.checkpoint.keep),
-                 progress=metric_bar(self.bars, "SFT", self.config.sft.steps, "sft/nll"))
+                 progress=metric_bar(self.bars, "SFT", self.config.sft.steps, "sft/nll"),
+                 config_json=self.config_json())
         _mark(out, made_from=self.made_from("sft"), config=self.config_dict)
 
     def _add_slips(self, s, samples: list, skipped: list) -> tuple[list, list]:
@@ -544,12 +572,27 @@ class Recipe:
             top_k=cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
             limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
             final_answer=families.FINAL_ANSWER, system_prompt=self.system_prompt(),
-            verifier_mode=self.config.verifier.mode, verifier_where=self.config.verifier.where, tool_format=build.tool_format(self.config),
+            verifier_mode=self.config.verifier.mode,
+            verifier_where=self.config.verifier.where, tool_format=build.tool_format(self.config),
             commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
             want_solved=False, source="slip", attempt=1,
             progress=killing_progress(count_bar(self.bars, "SFT data: teacher slips",
                                                 len(tasks)), "sft_data", "episode"))
         return samples + slips, skipped + [(tid, f"slip: {why}") for tid, why in missed]
+
+    def recorded(self) -> str:
+        """config.rollouts.recorded_dir: step_*/ folders of samples (what live rollouts
+        write) that Warm-Up and PPO replay instead of playing ("" = play live)."""
+        return self.config.rollouts.get("recorded_dir", "")
+
+    def _rollouts(self, trainer, out: Path, stage: str):
+        """Warm-Up's and PPO's rollouts: played live in sandboxes, or replayed from
+        config.rollouts.recorded_dir (step t reads its t-th folder, cycling; no sandbox, no
+        engine: the trainer alone, what its ablations and resume tests want)."""
+        if self.recorded():
+            from t1jax.rl.loop import RecordedRollouts
+            return RecordedRollouts(self.recorded())
+        return self._live(trainer, out, stage)
 
     def _live(self, trainer, out: Path, stage: str):
         live = build.live_rollouts(self.config, trainer, out, self.stack(),
@@ -594,9 +637,9 @@ class Recipe:
             return warmup_health(evs, **gate)[0]
 
         steps = resumed if warmup_health(evs, **gate)[0] else w.steps  # healthy before a kill
-        loop.run(trainer, self._live(trainer, out, "critic_warmup"), out,
+        loop.run(trainer, self._rollouts(trainer, out, "critic_warmup"), out,
                  self._options(steps, "critic_warmup"), progress=bar,
-                 stop=healthy)
+                 stop=healthy, config_json=self.config_json())
         ok, window_ev = warmup_health(evs, **gate)
         if w.ev_window > 0 and not ok:
             logging.warning(
@@ -620,9 +663,9 @@ class Recipe:
                             actor=self.workdir / "sft" / "checkpoints",
                             critic=(self.workdir / "warmup" / "checkpoints"
                                     if self.config.warmup.steps > 0 else ""),
-                            reward_scale=self.stack().scale.value)
+                            reward_scale=None if self.recorded() else self.stack().scale.value)
         bar = metric_bar(self.bars, "PPO", self.config.ppo.steps, "reward/mean")
-        every = self.config.eval.every
+        every = 0 if self.recorded() else self.config.eval.every  # no pool to evaluate on
         if every and not self.split("validation"):
             logging.warning("no validation split in %s: no periodic evaluation during PPO (the "
                             "test split is only for the final evaluations)", self.pool_dir)
@@ -644,9 +687,9 @@ class Recipe:
                 self.evaluate(f"step_{step:04d}", trainer.actor_model(), split="validation",
                               served=self._live_engine)
 
-        loop.run(trainer, self._live(trainer, out, "ppo"), out,
+        loop.run(trainer, self._rollouts(trainer, out, "ppo"), out,
                  self._options(self.config.ppo.steps, "ppo", schedule=self.config.schedule),
-                 progress=tick)
+                 progress=tick, config_json=self.config_json())
         _mark(out, made_from=self.made_from("ppo"), config=self.config_dict)
 
     def eval_seed(self) -> int:
@@ -715,7 +758,8 @@ class Recipe:
                                                 max_new_tokens=c.rollouts.max_new_tokens),
                         concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
                         max_tokens=c.rl.max_length, system_prompt=self.system_prompt(),
-                        verifier_mode=c.verifier.mode, verifier_where=c.verifier.where, tool_format=build.tool_format(c),
+                        verifier_mode=c.verifier.mode, verifier_where=c.verifier.where,
+                        tool_format=build.tool_format(c),
                         command_timeout_s=c.sandbox.command_timeout_s,
                         max_observation_bytes=c.sandbox.max_output_bytes,
                         images=self.images, seed=self.eval_seed(),

@@ -13,7 +13,7 @@ from t1jax.jobs import MODES
 ROOT = Path(__file__).resolve().parents[2]
 JOB_CONFIGS = {
     "oracle": [None, "smoke"], "audit": [None], "synth": [None], "pool": [None],
-    "ppo": [None, "sft", "critic_warmup"], "eval": [None, "smoke", "online", "offline"],
+    "eval": [None, "smoke", "online", "offline"],
     "tiny_cpu": [None],
     "qwen3_30b_a3b": [None], "qwen3_235b_a22b": [None], "t1_qwen35_122b": [None],
     "ablations": ["no_r3", "binary_reward", "shuffled_reward", "cold_critic", "cold_critic_random_head", "one_step_off", "sync", "no_tito"],
@@ -47,8 +47,8 @@ def test_eval_spells_rollout_knobs_as_training_does():
     eval job keeps there too. task_filter stays top-level, as the oracle, audit and synth jobs
     spell it."""
     evaluation = importlib.import_module("configs.eval").get_config()
-    rollouts = importlib.import_module("configs.ppo").get_config().rollouts
-    assert set(evaluation.keys()) & set(rollouts.keys()) == {"task_filter"}
+    rollouts = importlib.import_module("configs.tiny_cpu").get_config().rollouts
+    assert not set(evaluation.keys()) & set(rollouts.keys())
     assert set(evaluation.rollouts.keys()) <= set(rollouts.keys())
 
 
@@ -73,16 +73,15 @@ def test_recipe_rejects_unknown_phase(tmp_path):
 def test_stale_trials_without_a_correction_are_refused_before_the_run(tmp_path):
     """The main job carries trials over; a ratio against the current weights without TIS
     ignores the policy that sampled them: refused before the first phase, naming the keys."""
-    from t1jax.jobs import UsageError, recipe, train
+    from t1jax.jobs import UsageError, recipe
     config = importlib.import_module("configs.tiny_cpu").get_config()
     config.rl.tis = False
     with pytest.raises(UsageError, match=r"carry_over=True.*rl\.tis=False"):
         recipe.run(config, tmp_path / "recipe")
     assert not (tmp_path / "recipe").exists()
-    config = importlib.import_module("configs.ppo").get_config()
-    config.rl.tis, config.schedule, config.rollouts.carry_over = False, "one_step_off", False
+    config.schedule, config.rollouts.carry_over = "one_step_off", False
     with pytest.raises(UsageError, match=r"schedule='one_step_off'.*rl\.tis=False"):
-        train.run(config, tmp_path / "train")
+        recipe.run(config, tmp_path / "recipe")
 
 
 def test_ablations_change_one_axis_each():
@@ -210,7 +209,7 @@ def test_another_evaluation_draw_is_never_paired_with_the_source_run(tmp_path):
         assert "sft" in got and ("eval/sft" in got) == linked, (seed, got)
 
 
-@pytest.mark.parametrize("name", ["oracle", "audit", "synth", "ppo", "eval", "tiny_cpu"])
+@pytest.mark.parametrize("name", ["oracle", "audit", "synth", "eval", "tiny_cpu"])
 def test_every_job_verifies_in_place_by_default_and_refuses_a_wrong_place(name):
     """verifier.where is checked before any job starts (experiments/run.py): a wrong one would
     otherwise fail every trial's verification, one by one, as infrastructure failures."""

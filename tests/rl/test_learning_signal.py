@@ -15,7 +15,7 @@ position, one forward pass, averaged over the prompts. Only the training draws a
 they are seeded (engine seed per trial, trainer seed 0): the test is deterministic.
 
 Everything is the real thing, no mocks: the tiny Qwen3-MoE (test_sharding.tiny_config: layer 0
-dense, layer 1 top-2 of 8 experts), the embedded JaxEngine as the train job builds it, Samples
+dense, layer 1 top-2 of 8 experts), the embedded JaxEngine as the recipe builds it, Samples
 with the engine's routes (the last token's row -1: the model never ran on it), Trainer.ppo_step
 with the default critic, the new actor published to the engine after every step as
 LiveRollouts.publish does. 16 steps of 32 trials (4 prompts x 8 attempts), actor lr 3e-3.

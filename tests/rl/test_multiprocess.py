@@ -1,7 +1,7 @@
 """One job over several processes, as on a pod: 2 processes x 2 CPU devices on 127.0.0.1
-(experiments/launch_local.py, JAX's coordinator and gloo collectives) train SFT and then PPO
-from recorded rollouts on a data=2 x fsdp=2 mesh, and end where 1 process with the same 4
-devices ends (to float tolerance: the two compile different programs, collectives across
+(experiments/launch_local.py, JAX's coordinator and gloo collectives) run the recipe's SFT
+and then PPO from recorded rollouts on a data=2 x fsdp=2 mesh, and end where 1 process with
+the same 4 devices ends (to float tolerance: the two compile different programs, collectives across
 processes instead of within one); metrics are written once; a process SIGKILLed mid-PPO ends
 the job on the other at once, and a restart of both resumes and ends where the uninterrupted
 run ends. The main job (the recipe, live rollouts split between the processes) as 2 processes
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train_resume import ROOT, SMALL, leaves, record
+from test_train_resume import ROOT, SMALL, leaves, recipe_args, record
 
 pytestmark = pytest.mark.slow
 
@@ -51,16 +51,10 @@ def two_processes(args, env_of=None) -> int:
     return _launcher().launch(list(args), 2, 2, env_of=env_of)
 
 
-def sft_args(workdir, data):
-    return ["--config", f"{ROOT / 'configs' / 'ppo.py'}:sft", "--workdir", str(workdir),
-            f"--config.sft.data_dir={data}", "--config.steps=2", *SMALL, *MESH]
-
-
-def ppo_args(workdir, recorded, sft, steps):
-    return ["--config", str(ROOT / "configs" / "ppo.py"), "--workdir", str(workdir),
-            "--config.rollouts.source=recorded", f"--config.rollouts.recorded_dir={recorded}",
-            f"--config.init.actor={sft / 'checkpoints'}", f"--config.steps={steps}",
-            "--config.checkpoint.every=2", *SMALL, *MESH]
+def train_args(workdir, recorded, steps):
+    """The recipe's SFT and PPO (recorded rollouts, no Warm-Up) over the data=2 x fsdp=2
+    mesh, a checkpoint every 2 PPO steps."""
+    return [*recipe_args(workdir, recorded, steps), "--config.checkpoint.every=2", *MESH]
 
 
 def assert_close(a: Path, b: Path) -> float:
@@ -83,10 +77,8 @@ def test_two_processes_train_like_one(tmp_path):
     recorded = tmp_path / "rollouts"
     record(recorded, steps=4)
     one, two = tmp_path / "one", tmp_path / "two"
-    one_process(sft_args(one / "sft", recorded / "step_00000"))
-    one_process(ppo_args(one / "ppo", recorded, one / "sft", 4))
-    assert two_processes(sft_args(two / "sft", recorded / "step_00000")) == 0
-    assert two_processes(ppo_args(two / "ppo", recorded, two / "sft", 4)) == 0
+    one_process(train_args(one, recorded, 4))
+    assert two_processes(train_args(two, recorded, 4)) == 0
     for stage, steps in (("sft", 2), ("ppo", 4)):
         worst = assert_close(two / stage, one / stage)
         print(f"{stage}: largest relative difference, 2 processes vs 1: {worst:.2e}")
@@ -100,17 +92,35 @@ def test_two_processes_train_like_one(tmp_path):
                     "critic/explained_variance", "mismatch/logprob_gap"):
             np.testing.assert_allclose(b[key], a[key], rtol=RTOL, atol=1e-7, err_msg=key)
 
-    # SIGKILL process 1 when it holds step 3's rollouts (step 2 checkpointed): the job ends at
-    # once, not when a collective times out; both restarted resume and end where 4 steps end
+    # SIGKILL process 1 when it holds PPO step 3's rollouts (step 2 checkpointed): the job
+    # ends at once, not when a collective times out; both restarted resume PPO (SFT is done)
+    # and end where 4 steps end
     straight, killed = two / "ppo", tmp_path / "killed"
     t0 = time.monotonic()
-    code = two_processes(ppo_args(killed, recorded, two / "sft", 4),
+    code = two_processes(train_args(killed, recorded, 4),
                          env_of={1: {"T1JAX_KILL_AT": "ppo:3:collected"}})
     assert code == 128 + 9, code
     assert time.monotonic() - t0 < 300
-    assert two_processes(ppo_args(killed, recorded, two / "sft", 4)) == 0
-    assert_close(killed, straight)
-    assert steps_written(killed) == [1, 2, 3, 4]
+    assert (killed / "sft" / "DONE").is_file() and not (killed / "ppo" / "DONE").exists()
+    assert two_processes(train_args(killed, recorded, 4)) == 0
+    assert_close(killed / "ppo", straight)
+    assert steps_written(killed / "ppo") == [1, 2, 3, 4]
+
+
+def live_args(toy_run, workdir, *extra):
+    """The recipe's live PPO on toy_run's pool and tokenizer (an outside pool, as the
+    real-scale configs run), SFT 1 step on toy_run's SFT data, no Warm-Up and no periodic
+    evaluation, at SMALL size but the tiny model's 4 layers (the SFT data's routes hold 4) and
+    rows of the recipe's 384 tokens."""
+    return ["--config", str(ROOT / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
+            *[flag for flag in SMALL[:-2] if "num_hidden_layers" not in flag],
+            "--config.phases=pool,sft,ppo",
+            f"--config.pool.dir={toy_run / 'pool'}", "--config.pool.decontaminate=False",
+            f"--config.rollouts.tokenizer={toy_run / 'tokenizer.json'}",
+            f"--config.sft.data_dir={toy_run / 'sft' / 'sft_data'}", "--config.sft.steps=1",
+            "--config.warmup.steps=0", "--config.eval.every=0",
+            "--config.rollouts.batch_size=2", "--config.rollouts.max_turns=2",
+            "--config.rollouts.max_new_tokens=24", "--config.mesh.data=2", *extra]
 
 
 def _trials(folder: Path) -> list[tuple]:
@@ -195,7 +205,8 @@ def assert_same_main_job(one: Path, two: Path, docker_backend) -> None:
     assert not leftover, leftover  # each process reaps its own sandboxes
 
 
-def test_oversampled_admission_one_step_off_across_processes(docker_backend, tmp_path):
+def test_oversampled_admission_one_step_off_across_processes(toy_run, docker_backend,
+                                                            tmp_path):
     """Live PPO as 2 processes x 1 device as T1 runs it, one step off-policy with
     rollouts.oversample=2 and carry-over: each step launches 4 trials over both processes
     (from a thread, beside the trainer's step and its collectives: the samples travel through
@@ -207,16 +218,12 @@ def test_oversampled_admission_one_step_off_across_processes(docker_backend, tmp
     from t1jax.checkpoint import Checkpointer
     from t1jax.rollout.sample import load_samples
     workdir = tmp_path / "oversampled"
-    args = ["--config", str(ROOT / "configs" / "ppo.py"), "--workdir", str(workdir),
-            *SMALL[:-2], "--config.rl.max_length=2048", "--config.rl.min_length=2048",
-            "--config.rollouts.task_filter=count-log-errors,organize-files",
-            "--config.rollouts.batch_size=2", "--config.rollouts.oversample=2.0",
-            "--config.rollouts.max_turns=2", "--config.rollouts.max_new_tokens=24",
-            "--config.steps=3", "--config.mesh.data=2", "--config.schedule=one_step_off"]
+    args = live_args(toy_run, workdir, "--config.rollouts.oversample=2.0",
+                     "--config.ppo.steps=3", "--config.schedule=one_step_off")
     assert _launcher().launch(args, 2, 1, timeout_s=480) == 0
     admitted = []
     for step in range(3):
-        samples = load_samples(workdir / "rollouts" / f"step_{step:05d}")
+        samples = load_samples(workdir / "ppo" / "rollouts" / f"step_{step:05d}")
         # (records are read back by file name: task, attempt)
         assert sorted(s.metadata["admission"] for s in samples) == [1, 2], step
         assert {s.metadata["process"] for s in samples} <= {0, 1}
@@ -225,10 +232,11 @@ def test_oversampled_admission_one_step_off_across_processes(docker_backend, tmp
         assert all(int(v) <= max(step - 1, 0) for s in samples
                    for v in s.metadata["weight_versions"]), step
     assert len(set(admitted)) == len(admitted) == 6  # none trained twice
-    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (workdir / "ppo" / "metrics.jsonl").read_text()
+            .splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]  # written once
     assert all(r["rollout/infra_failures"] == 0 for r in rows)
-    with Checkpointer.reader(workdir / "checkpoints") as ckpt:
+    with Checkpointer.reader(workdir / "ppo" / "checkpoints") as ckpt:
         source = ckpt.restore_meta()["source"]
     carried = [(c["task_id"], c["attempt"]) for c in source["carried"]]
     assert not set(carried) & set(admitted)
@@ -273,10 +281,10 @@ EXPORT = """import sys
 sys.path.insert(0, {root!r})
 from t1jax import distributed
 distributed.initialize()
-from configs import ppo
+from configs import tiny_cpu
 from t1jax.jobs import build
 from t1jax.model.hf_io import export_hf
-config = ppo.get_config()
+config = tiny_cpu.get_config()
 config.model.param_dtype = "bfloat16"
 config.mesh.fsdp, config.mesh.expert = 2, 2
 export_hf(build.policy(config, build.mesh_from(config)), sys.argv[1],
@@ -321,8 +329,8 @@ def test_hf_export_from_two_processes_equals_one(tmp_path):
                              for _ in safetensors.numpy.load_file(str(two / name)))
 
 
-def test_live_rollouts_through_a_fleet_from_two_processes(docker_backend, tmp_path):
-    """The train job's live PPO as 2 processes x 1 device against one t1jax server speaking
+def test_live_rollouts_through_a_fleet_from_two_processes(toy_run, docker_backend, tmp_path):
+    """The recipe's live PPO as 2 processes x 1 device against one t1jax server speaking
     SGLang's /generate: each process plays every other trial through its own client; after
     each step every process writes its shards of the new weights, process 0 has the server
     load them, and both then sample from it (each step's trials carry that step's version);
@@ -337,9 +345,9 @@ def test_live_rollouts_through_a_fleet_from_two_processes(docker_backend, tmp_pa
     from t1jax.rollout.sample import load_samples
     from t1jax.rollout.sglang import FleetClient, RouteLayout
     from t1jax.sharding import make_mesh
-    from configs import ppo
-    config = ppo.get_config()
-    config.model.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+    from configs import tiny_cpu
+    config = tiny_cpu.get_config()
+    config.model.update(dict(hidden_size=64, intermediate_size=128,  # what live_args sets
                              moe_intermediate_size=32, num_attention_heads=4, num_experts=8))
     initial = export_hf(Trainer(model_config_from(config.model), config.rl,
                                 make_mesh(devices=jax.devices()[:1]), seed=0).actor_model(),
@@ -350,13 +358,8 @@ def test_live_rollouts_through_a_fleet_from_two_processes(docker_backend, tmp_pa
     try:
         wait_healthy(url, server, timeout_s=120)
         workdir = tmp_path / "fleet_2proc"
-        args = ["--config", str(ROOT / "configs" / "ppo.py"), "--workdir", str(workdir),
-                *SMALL[:-2], "--config.rl.max_length=2048", "--config.rl.min_length=2048",
-                "--config.rollouts.task_filter=count-log-errors,organize-files",
-                "--config.rollouts.batch_size=2", "--config.rollouts.max_turns=2",
-                "--config.rollouts.max_new_tokens=24", "--config.steps=2",
-                "--config.rollouts.oversample=1.0", "--config.mesh.data=2",
-                "--config.rollouts.engine=fleet", f"--config.rollouts.fleet_urls={url}"]
+        args = live_args(toy_run, workdir, "--config.ppo.steps=2",
+                         "--config.rollouts.engine=fleet", f"--config.rollouts.fleet_urls={url}")
         assert _launcher().launch(args, 2, 1) == 0
         client = FleetClient([url], RouteLayout.of(model_config_from(config.model)))
         assert client.model_info(url)["weight_version"] == "2"
@@ -364,11 +367,13 @@ def test_live_rollouts_through_a_fleet_from_two_processes(docker_backend, tmp_pa
         server.kill()
         server.wait()
     for step in range(2):
-        samples = load_samples(workdir / "rollouts" / f"step_{step:05d}")
-        assert [s.metadata["process"] for s in samples] == [0, 1]
+        samples = load_samples(workdir / "ppo" / "rollouts" / f"step_{step:05d}")
+        # one trial each (records are read back by file name: task, attempt)
+        assert sorted(s.metadata["process"] for s in samples) == [0, 1]
         assert {v for s in samples for v in s.metadata["weight_versions"]} == {str(step)}
-    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (workdir / "ppo" / "metrics.jsonl").read_text()
+            .splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     # trained on what the server sampled: its published weights are the trainer's
     assert all(r["mismatch/logprob_gap"] < 1e-3 for r in rows), rows
-    assert sorted(p.name for p in (workdir / "published").iterdir()) == ["weights_2"]
+    assert sorted(p.name for p in (workdir / "ppo" / "published").iterdir()) == ["weights_2"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from configs import ppo as ppo_config
-from t1jax.jobs import train as train_job
+from configs import tiny_cpu
+from t1jax.jobs import build
 from t1jax.model.config import model_config_from
 from t1jax.rl import loop
 from t1jax.rollout.sample import load_samples
@@ -26,14 +26,25 @@ pytestmark = pytest.mark.slow
 
 
 def small_config(schedule):
-    config = ppo_config.get_config()
+    """The recipe's config at a small size, with rows long enough for the bundled tasks'
+    prompts (the default agent prompt is ~1.1k tokens of the offline tokenizer)."""
+    config = tiny_cpu.get_config()
     config.model.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
                              moe_intermediate_size=32, num_attention_heads=4, num_experts=8))
     config.rl.update(dict(max_length=2048, min_length=2048))
-    config.rollouts.update(dict(task_filter="count-log-errors,organize-files", batch_size=2,
-                                oversample=1.0, max_turns=2, max_new_tokens=24))
+    config.rollouts.update(dict(batch_size=2, oversample=1.0, max_turns=2, max_new_tokens=24))
+    config.sandbox.concurrency = 2
     config.schedule = schedule
     return config
+
+
+def live_source(config, trainer, workdir):
+    """The live rollouts the recipe's Warm-Up and PPO play (build.live_rollouts), here of two
+    bundled tasks with the offline tokenizer and the agent's own system prompt."""
+    from t1jax.tasks.pool import default_pool_dir, load_pool, select_tasks
+    tasks = select_tasks(load_pool(default_pool_dir()).tasks, "count-log-errors,organize-files")
+    return build.live_rollouts(config, trainer, workdir,
+                               build.task_stack(config, tasks, build.tokenizer()))
 
 
 @pytest.mark.parametrize("schedule", ["sync", "one_step_off"])
@@ -41,7 +52,7 @@ def test_live_ppo_publishes_weights(docker_backend, tmp_path, schedule):
     config = small_config(schedule)
     trainer = Trainer(model_config_from(config.model), config.rl,
                       make_mesh(devices=jax.devices()[:1]), seed=0)
-    source = train_job._live_source(config, trainer, tmp_path)
+    source = live_source(config, trainer, tmp_path)
     history = loop.run(trainer, source, tmp_path, loop.LoopOptions(steps=2, schedule=schedule))
     assert len(history) == 2 and source.engine.weight_version == "2"
     for step in range(2):
@@ -80,7 +91,7 @@ def test_live_ppo_with_compaction_splits_long_trials_over_rows(docker_backend, t
                                 max_turns=5, batch_size=3, sampling_seed=3))
     trainer = Trainer(model_config_from(config.model), config.rl,
                       make_mesh(devices=jax.devices()[:1]), seed=0)
-    source = train_job._live_source(config, trainer, tmp_path)
+    source = live_source(config, trainer, tmp_path)
     history = loop.run(trainer, source, tmp_path, loop.LoopOptions(steps=1))
     samples = load_samples(tmp_path / "rollouts" / "step_00000")
     assert len(samples) == 3
@@ -124,7 +135,7 @@ def test_live_ppo_through_a_server_fleet(docker_backend, tmp_path, via_router):
             router = start_router(router_port, [url], tmp_path / "router.log")
             config.rollouts.fleet_router = f"http://127.0.0.1:{router_port}"
             wait_healthy(config.rollouts.fleet_router, router, timeout_s=60)
-        source = train_job._live_source(config, trainer, tmp_path)
+        source = live_source(config, trainer, tmp_path)
         history = loop.run(trainer, source, tmp_path, loop.LoopOptions(steps=1))
         client = source.engine.client
         served = {u for u, n in client.served.items() if n}

@@ -1,6 +1,7 @@
-"""The training job survives being killed: a run SIGKILLed mid-training resumes from its last
-finished checkpoint and ends bit-identical to an uninterrupted run (CPU, fixed seeds, recorded
-rollouts), as does 2 steps + resume to 4; metrics.jsonl keeps one row per step."""
+"""Training survives being killed: the recipe's SFT and PPO on recorded rollouts
+(config.sft.data_dir, config.rollouts.recorded_dir: no sandbox, CPU, fixed seeds), SIGKILLed
+mid-PPO, resumes from its last finished checkpoint and ends bit-identical to an uninterrupted
+run; metrics.jsonl keeps one row per step."""
 
 import json
 import os
@@ -45,11 +46,19 @@ def record(directory: Path, steps: int = 2, per_step: int = 4) -> None:
         save_samples(samples, directory / f"step_{step:05d}")
 
 
+def recipe_args(workdir: Path, recorded: Path, steps: int) -> list[str]:
+    """The recipe's SFT (2 steps on the first recorded step's samples) and PPO (`steps` steps
+    replaying `recorded`), no Warm-Up, at SMALL size."""
+    return ["--config", str(ROOT / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
+            "--config.phases=sft,ppo", "--config.warmup.steps=0", "--config.sft.steps=2",
+            f"--config.sft.data_dir={recorded / 'step_00000'}",
+            f"--config.rollouts.recorded_dir={recorded}", f"--config.ppo.steps={steps}",
+            *SMALL]
+
+
 def launch(workdir: Path, recorded: Path, steps: int, *extra) -> subprocess.Popen:
-    cmd = [sys.executable, str(ROOT / "experiments" / "run.py"), "--config",
-           str(ROOT / "configs" / "ppo.py"), "--workdir", str(workdir),
-           "--config.rollouts.source=recorded", f"--config.rollouts.recorded_dir={recorded}",
-           f"--config.steps={steps}", *SMALL, *extra]
+    cmd = [sys.executable, str(ROOT / "experiments" / "run.py"),
+           *recipe_args(workdir, recorded, steps), *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -60,7 +69,7 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> None:
 
 
 def final_params(workdir: Path):
-    with Checkpointer(workdir / "checkpoints", async_save=False) as ckpt:
+    with Checkpointer.reader(workdir / "checkpoints") as ckpt:
         step = ckpt.latest_step()
         names = ckpt.saved_items(step)
         assert {"actor", "critic", "actor_opt", "critic_opt", "step"} <= set(names), names
@@ -95,52 +104,56 @@ def assert_same(a: Path, b: Path) -> None:
 def test_kill_and_resume_is_bit_exact(tmp_path):
     recorded = tmp_path / "rollouts"
     record(recorded)
-    straight, split, killed = tmp_path / "straight", tmp_path / "split", tmp_path / "killed"
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
 
     finish(launch(straight, recorded, 4))
-    step, meta = final_params(straight)
+    step, meta = final_params(straight / "ppo")
     assert step == 4 and meta["step"] == 4 and meta["config"]["rl"]["r3"] is True
 
-    finish(launch(split, recorded, 2))
-    assert final_params(split)[0] == 2
-    finish(launch(split, recorded, 4))
-    assert_same(straight, split)
-
     proc = launch(killed, recorded, 4)
+    checkpoints = killed / "ppo" / "checkpoints"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        if finalized_steps(killed / "checkpoints") if (killed / "checkpoints").is_dir() else []:
+        if finalized_steps(checkpoints) if checkpoints.is_dir() else []:
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    survived = finalized_steps(killed / "checkpoints")
+    survived = finalized_steps(checkpoints)
     assert survived and max(survived) < 4, survived
     finish(launch(killed, recorded, 4))
-    assert_same(straight, killed)
+    assert_same(straight / "ppo", killed / "ppo")
+    assert_same(straight / "sft", killed / "sft")
 
-    rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (killed / "ppo" / "metrics.jsonl").read_text()
+            .splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert (killed / "tensorboard").is_dir()
+    assert (killed / "ppo" / "tensorboard").is_dir()
 
 
-def test_sft_stage_trains_on_the_users_samples(tmp_path):
-    """configs/ppo.py:sft with --config.sft.data_dir: the given samples, no sandbox; a folder
-    without samples is refused, naming it."""
+def test_sft_trains_on_the_users_samples(tmp_path):
+    """The recipe's sft phase with --config.sft.data_dir: the given samples, no pool, no
+    sandbox; a folder without samples, or a recorded_dir without step folders, is refused
+    before any phase runs, naming its key and folder."""
     recorded = tmp_path / "recorded"
     record(recorded, steps=1)
 
-    def sft(workdir, data_dir):
+    def sft(workdir, *flags):
         return subprocess.run(
             [sys.executable, str(ROOT / "experiments" / "run.py"), "--config",
-             str(ROOT / "configs" / "ppo.py") + ":sft", "--workdir", str(workdir),
-             f"--config.sft.data_dir={data_dir}", "--config.steps=2", *SMALL],
+             str(ROOT / "configs" / "tiny_cpu.py"), "--workdir", str(workdir),
+             "--config.phases=sft", "--config.sft.steps=2", *SMALL, *flags],
             cwd=ROOT, capture_output=True, text=True, timeout=300)
 
-    proc = sft(tmp_path / "sft", recorded / "step_00000")
+    proc = sft(tmp_path / "sft", f"--config.sft.data_dir={recorded / 'step_00000'}")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert finalized_steps(tmp_path / "sft" / "checkpoints")[-1] == 2
+    assert finalized_steps(tmp_path / "sft" / "sft" / "checkpoints")[-1] == 2
+    assert not (tmp_path / "sft" / "pool").exists()
     (tmp_path / "empty").mkdir()
-    proc = sft(tmp_path / "sft2", tmp_path / "empty")
-    assert proc.returncode != 0 and "holds no .npz samples" in proc.stderr, proc.stderr[-2000:]
+    proc = sft(tmp_path / "sft2", f"--config.sft.data_dir={tmp_path / 'empty'}")
+    assert proc.returncode != 0 and f"config.sft.data_dir={tmp_path / 'empty'} holds no .npz" \
+        in proc.stderr, proc.stderr[-2000:]
+    proc = sft(tmp_path / "sft3", f"--config.rollouts.recorded_dir={tmp_path / 'empty'}")
+    assert proc.returncode != 0 and "config.rollouts.recorded_dir=" in proc.stderr \
+        and "holds no step_* folders" in proc.stderr, proc.stderr[-2000:]

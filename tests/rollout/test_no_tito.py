@@ -205,9 +205,9 @@ def test_tool_output_cannot_inject_special_tokens(tok, tito):
 
 
 def test_drift_reaches_the_step_metrics():
-    from configs import ablations, ppo, tiny_cpu
+    from configs import ablations, tiny_cpu
     from t1jax.rl.metrics import sample_stats
-    assert ppo.get_config().rollouts.tito and tiny_cpu.get_config().rollouts.tito
+    assert tiny_cpu.get_config().rollouts.tito
     assert ablations.get_config("no_tito").rollouts.tito is False
     samples = [Sample(tokens=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0],
                       routes=np.zeros((2, 1, 1)), reward=0.0, metadata=meta)
