@@ -2,7 +2,8 @@
 # One-time (idempotent) set-up shared by the README's two commands and by CI:
 #   1. a virtualenv in .venv with the pinned packages,
 #   2. a running Docker engine (Debian's docker.io, started with no bridge network), or bubblewrap,
-#   3. the sandbox base images t1jax/base:bookworm and :trixie, built offline-style with debootstrap,
+#   3. the sandbox base images t1jax/base:bookworm, :trixie and :noble (Ubuntu 24.04), built
+#      offline-style with debootstrap,
 #   4. headless Chromium (Debian's chromium), which tests/report/test_report.py renders the trajectory
 #      viewer with.
 # Each step says clearly what failed and what to do. Set T1JAX_SKIP_DOCKER=1 to use bubblewrap only.
@@ -13,6 +14,8 @@ BASE_IMAGE=${T1JAX_BASE_IMAGE:-t1jax/base:bookworm}
 BASE_PACKAGES=python3,python-is-python3,python3-pytest,python3-pip,python3-venv,python3-setuptools,procps,psmisc,git,sqlite3,jq,make,gcc,libc6-dev,patch,file,bzip2,xz-utils,zip,unzip,gawk,bc,tree,less,ca-certificates
 TRIXIE_IMAGE=t1jax/base:trixie
 TRIXIE_PACKAGES=python3,python-is-python3,python3-pytest,python3-pip,python3-venv,procps,git,ca-certificates
+NOBLE_IMAGE=t1jax/base:noble  # Ubuntu 24.04 (Python 3.12) with bookworm's tools, for ubuntu:24.04
+NOBLE_PACKAGES=$BASE_PACKAGES
 # Images and root filesystems are rebuilt when their package list changes (label/stamp differ).
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[31m[setup] ERROR:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -130,9 +133,11 @@ fi
 
 # --- 3. Sandbox base images / rootfs ----------------------------------------------------------
 # Stand-ins for the public bases offline (t1jax/sandbox/images.py maps them): bookworm (Python
-# 3.11) for ubuntu/debian and the default, trixie (Python 3.13) for python:3.13 images. Both have
-# a `python` command, pip (usable system-wide, as in the python images) and pytest. bubblewrap
-# uses the bookworm root filesystem.
+# 3.11) for debian and the default, trixie (Python 3.13) for python:3.13 images, noble (Ubuntu
+# 24.04, Python 3.12, from archive.ubuntu.com) for ubuntu:24.04 and python:3.12. All have a
+# `python` command, pip (usable system-wide, as in the python images) and pytest. bubblewrap
+# uses the bookworm root filesystem. noble is optional: where Ubuntu's archive cannot be
+# reached, bookworm stands in for ubuntu:24.04 (images.py warns when it does).
 ROOTFS=${T1JAX_ROOTFS:-$HOME/.cache/t1jax/rootfs-bookworm}
 rootfs_ok() {  # DIR PACKAGES
   [ -x "$1/usr/bin/python3" ] && [ "$(cat "$1.stamp" 2>/dev/null)" = "$(stamp_of "$2")" ]
@@ -141,11 +146,19 @@ stamp_of() { printf %s "$1:pip-unmanaged" | sha256sum | cut -c1-12; }
 image_ok() {  # IMAGE PACKAGES
   [ "$(docker image inspect -f '{{index .Config.Labels "t1jax.base.packages"}}' "$1" 2>/dev/null)" = "$(stamp_of "$2")-tmp" ]
 }
-build_rootfs() {  # SUITE DIR PACKAGES
+build_rootfs() {  # SUITE DIR PACKAGES  (DEBOOTSTRAP_ARGS: extra options, MIRROR: the archive)
   command -v debootstrap >/dev/null || apt_install debootstrap || die "debootstrap missing; apt-get install debootstrap"
   log "building the $1 sandbox root filesystem with debootstrap (about a minute)"
-  rm -rf "$2.tmp"; mkdir -p "$(dirname "$2")"
-  as_root debootstrap --variant=minbase --include="$3" "$1" "$2.tmp" http://deb.debian.org/debian \
+  # a debootstrap killed mid-way leaves /proc and /sys mounted in its target: unmount them, and
+  # never let rm cross into a mount (it would reach the host's own files)
+  if [ -d "$2.tmp" ]; then
+    findmnt -rn -o TARGET | grep -F "$2.tmp/" | sort -r | while read -r m; do as_root umount -l "$m" || true; done
+    as_root rm -rf --one-file-system "$2.tmp" || die "could not remove the unfinished $2.tmp; remove it by hand"
+  fi
+  mkdir -p "$(dirname "$2")"
+  # shellcheck disable=SC2086  # DEBOOTSTRAP_ARGS is a list of options
+  as_root debootstrap --variant=minbase ${DEBOOTSTRAP_ARGS:-} --include="$3" "$1" "$2.tmp" \
+    "${MIRROR:-http://deb.debian.org/debian}" ${DEBOOTSTRAP_SCRIPT:-} \
     >"/tmp/t1jax-debootstrap-$1.log" 2>&1 || die "debootstrap $1 failed; see /tmp/t1jax-debootstrap-$1.log"
   as_root rm -rf "$2.tmp"/var/cache/apt/archives/*.deb
   # `pip install` into the system Python works, as in the official python images (no PEP 668)
@@ -170,6 +183,24 @@ if [ "${T1JAX_SKIP_DOCKER:-0}" = 1 ]; then
 else
   base_image bookworm "$BASE_IMAGE" "$ROOTFS" "$BASE_PACKAGES"
   base_image trixie "$TRIXIE_IMAGE" "$HOME/.cache/t1jax/rootfs-trixie" "$TRIXIE_PACKAGES"
+  # Ubuntu's archive signs with Ubuntu's keys (Debian ships them as ubuntu-keyring, in
+  # bookworm-backports on Debian 12); a debootstrap without a noble script runs gutsy's, which
+  # every Ubuntu release since uses; pytest and pip are in universe
+  UBUNTU_KEYRING=/usr/share/keyrings/ubuntu-archive-keyring.gpg
+  noble_image() {
+    [ -f "$UBUNTU_KEYRING" ] || apt_install -t bookworm-backports ubuntu-keyring \
+      || apt_install ubuntu-keyring || die "could not install ubuntu-keyring"
+    script=""; [ -e /usr/share/debootstrap/scripts/noble ] || script=/usr/share/debootstrap/scripts/gutsy
+    DEBOOTSTRAP_ARGS="--keyring=$UBUNTU_KEYRING --components=main,universe" \
+      MIRROR=http://archive.ubuntu.com/ubuntu DEBOOTSTRAP_SCRIPT=$script \
+      base_image noble "$NOBLE_IMAGE" "$HOME/.cache/t1jax/rootfs-noble" "$NOBLE_PACKAGES"
+  }
+  if ! (noble_image); then
+    if [ "${T1JAX_REQUIRE_NOBLE:-0}" = 1 ]; then
+      die "could not build $NOBLE_IMAGE (see above); T1JAX_REQUIRE_NOBLE=1 asks for it"
+    fi
+    log "WARNING: could not build $NOBLE_IMAGE (Ubuntu 24.04) from archive.ubuntu.com; tasks on ubuntu:24.04 will build on $BASE_IMAGE (Debian 12, Python 3.11) with a warning"
+  fi
 fi
 
 # --- 4. Headless Chromium (tests/report/test_report.py) ----------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -17,19 +18,30 @@ from t1jax.sandbox.base import LABEL_OWNER, SandboxError
 
 LOCAL_BASE_IMAGE = "t1jax/base:bookworm"  # Debian 12: Python 3.11, pytest, pip, `python`
 TRIXIE_BASE_IMAGE = "t1jax/base:trixie"  # Debian 13: Python 3.13, pytest, pip, `python`
+NOBLE_BASE_IMAGE = "t1jax/base:noble"  # Ubuntu 24.04: Python 3.12, pytest 7.4, pip, `python`
 # Public bases common in Terminal-Bench 2.x tasks -> the local image that stands in for them
-# (scripts/setup.sh builds both): the Python version the image names where Debian has it (3.12
-# nowhere: 3.13 is the nearer), a `python` command as the official python images have, and
-# pytest for the offline verifier. "*" maps any other unresolvable base; set it to None to fail.
+# (scripts/setup.sh builds them): the distribution and Python version the image names, a
+# `python` command as the official python images have, and pytest for the offline verifier.
+# "*" maps any other unresolvable base; set it to None to fail.
 _PY313 = ("python:3.13", "python:3.13-slim", "python:3.13-slim-bookworm", "python:3.13-bookworm",
-          "python:3.13-slim-trixie", "python:3.13-trixie", "python:3.12", "python:3.12-slim",
-          "python:3.12-slim-bookworm", "debian:trixie", "debian:trixie-slim",
+          "python:3.13-slim-trixie", "python:3.13-trixie", "debian:trixie", "debian:trixie-slim",
           "ghcr.io/laude-institute/t-bench/python-3-13:20250620")
-_BOOKWORM = ("ubuntu:24.04", "ubuntu:22.04", "debian:bookworm", "debian:bookworm-slim",
-             "python:3.11", "python:3.11-slim", "python:3.11-slim-bookworm",
-             "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624")
+_BOOKWORM = ("ubuntu:22.04", "debian:bookworm", "debian:bookworm-slim",
+             "python:3.11", "python:3.11-slim", "python:3.11-slim-bookworm")
+_UBUNTU_2404 = ("ubuntu:24.04", "ubuntu:noble",
+                "ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624")
+_PY312 = ("python:3.12", "python:3.12-slim", "python:3.12-slim-bookworm", "python:3.12-bookworm")
 DEFAULT_BASE_MAP = {**{ref: TRIXIE_BASE_IMAGE for ref in _PY313},
-                    **{ref: LOCAL_BASE_IMAGE for ref in _BOOKWORM}}
+                    **{ref: LOCAL_BASE_IMAGE for ref in _BOOKWORM},
+                    **{ref: NOBLE_BASE_IMAGE for ref in _UBUNTU_2404 + _PY312}}
+# The Ubuntu stand-in is built from archive.ubuntu.com, which a machine may not reach: where
+# scripts/setup.sh could not build it, these Debian ones stand in, with a warning (and the
+# verifier's stand-in notes name any Python version a test.sh asks for and does not get)
+NOBLE_FALLBACK = {**{ref: LOCAL_BASE_IMAGE for ref in _UBUNTU_2404},
+                  **{ref: TRIXIE_BASE_IMAGE for ref in _PY312}}
+STAND_IN_BASES = (LOCAL_BASE_IMAGE, TRIXIE_BASE_IMAGE, NOBLE_BASE_IMAGE)
+log = logging.getLogger(__name__)
+_WARNED: set = set()
 # what apt, pip, curl and git print when a build has no network
 _NO_NETWORK = re.compile(r"Temporary failure resolving|Could not resolve|Name or service not "
                          r"known|Network is unreachable|Failed to establish a new connection|"
@@ -82,7 +94,7 @@ def _our_stand_in(client, ref: str) -> bool:
     except docker.errors.ImageNotFound:
         return False
     ours = set()
-    for stand_in in {LOCAL_BASE_IMAGE, TRIXIE_BASE_IMAGE}:
+    for stand_in in STAND_IN_BASES:
         if ref != stand_in and _image_exists(client, stand_in):
             ours.add(client.images.get(stand_in).id)
     return image_id in ours
@@ -119,6 +131,15 @@ def stand_ins(client, dockerfile_text: str, base_map: dict, where: str) -> dict[
                 f" build or load it, or map it to a local stand-in: "
                 f"--config.sandbox.base_map={ref}={LOCAL_BASE_IMAGE} (Debian bookworm with "
                 f"python3 and pytest; '*={LOCAL_BASE_IMAGE}' maps every unknown base)")
+        if target == NOBLE_BASE_IMAGE and ref in NOBLE_FALLBACK \
+                and not _image_exists(client, target):
+            if (ref, target) not in _WARNED:  # once per run, not once per trial's build
+                _WARNED.add((ref, target))
+                log.warning("%s: base image %r maps to %s, which scripts/setup.sh could not "
+                            "build here (archive.ubuntu.com unreachable?); %s stands in, with "
+                            "another distribution and Python", where, ref, target,
+                            NOBLE_FALLBACK[ref])
+            target = NOBLE_FALLBACK[ref]
         if not _image_exists(client, target):
             raise SandboxError(f"{where}: base image {ref!r} maps to {target!r}, which is missing;"
                                " run scripts/setup.sh to build the sandbox base image")
