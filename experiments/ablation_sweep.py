@@ -35,11 +35,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from recipe_seed_sweep import (EV, KEYS, compare, fmt_diff, fmt_num, fmt_rate,  # noqa: E402
-                               paired, parse_existing, parse_seeds, pool, rate, run_commands,
-                               seed_mismatch, strip, training, trials, write_summary)
+from experiments.recipe_seed_sweep import (  # noqa: E402
+    EV, KEYS, compare, fmt_diff, fmt_num, fmt_rate, paired, parse_existing, parse_seeds, pool,
+    rate, run_commands, seed_mismatch, strip, training, trials, write_summary)
 
 from t1jax.metrics_log import read_jsonl  # noqa: E402
 from t1jax.report.plots import series  # noqa: E402

@@ -11,10 +11,7 @@ cards round to whole billions, so e.g. 35B-A3B's 3.46B active reads +15%: see it
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from t1jax.jobs.config_file import load_config_file  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402

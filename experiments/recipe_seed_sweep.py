@@ -7,7 +7,7 @@
 Each seed is experiments/run.py --config CONFIG --workdir OUT/seed_<s> --config.seed=<s>: a new
 pool and train / validation / test split, its tokenizer, the SFT data order, SFT, Critic
 Warm-Up, PPO and the evaluations' random numbers all derive from config.seed, so the seeds
-differ in everything experiments/ppo_seed_sweep.py holds fixed. Rerunning the sweep resumes
+differ in everything experiments/probes/ppo_seed_sweep.py holds fixed. Rerunning the sweep resumes
 each workdir; a failed seed does not stop the others. --existing S=WORKDIR (repeatable) counts
 a finished run as seed S without running it (the main run as seed 0); flags after -- go to
 every run and must be those the existing runs were made with.
@@ -33,7 +33,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from t1jax.metrics_log import read_jsonl  # noqa: E402
 from t1jax.report.paired import (paired_difference, per_task, pooled_over_strata,  # noqa: E402

@@ -6,6 +6,7 @@ Each config names a `mode`; its job lives in t1jax/jobs/<mode>.py (see t1jax.job
 from __future__ import annotations
 
 import faulthandler
+import importlib.util
 import os
 import signal
 import sys
@@ -15,7 +16,10 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# t1jax is an installed project (pip install -e ., which scripts/setup.sh runs): say so plainly
+if importlib.util.find_spec("t1jax") is None or importlib.util.find_spec("configs") is None:
+    sys.exit(f"t1jax is not installed in this Python ({sys.executable}): run `bash "
+             f"scripts/setup.sh` or `pip install -e .` in {Path(__file__).resolve().parents[1]}")
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default runs/<mode>).")
@@ -57,7 +61,6 @@ def main(argv) -> None:
     if multi:
         logging.info("process %d of %d, %d of %d devices here", distributed.process_index(),
                      distributed.process_count(), len(jax.local_devices()), len(jax.devices()))
-    import importlib
 
     from t1jax.jobs import UsageError, check_verifier
     try:

@@ -87,6 +87,14 @@ def make_sandbox(docker_client, runtime):
     return make
 
 
+@pytest.fixture(scope="session")
+def tok():
+    """The offline tokenizer (512 ids, byte-level BPE over the bundled corpus): what the rollout
+    tests encode with. Deterministic, so one per session is every test's."""
+    from t1jax.rollout.tokenizer import train_tokenizer
+    return train_tokenizer()
+
+
 # The bundled task the agent and trial tests drive, and a command that solves it.
 COUNT_LOG_TASK = Path(__file__).resolve().parents[1] / "t1jax" / "tasks" / "seed_tasks" / \
     "count-log-errors"

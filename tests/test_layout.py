@@ -119,3 +119,40 @@ def test_no_import_cycles_between_modules():
 
 
 KNOWN_CYCLES: set = set()
+
+
+REPO = ROOT.parent
+# files that run inside a task's sandbox (its environment and tests), not in t1jax's Python
+TASK_PAYLOADS = (REPO / "t1jax" / "tasks" / "seed_tasks", REPO / "t1jax" / "tasks" / "tb2_shaped")
+
+
+def test_nothing_edits_sys_path():
+    """t1jax is an installed project (pyproject.toml; scripts/setup.sh runs pip install -e .):
+    no script, test, notebook or module puts a folder on sys.path to find it."""
+    edits, calls = [], ("sys.path." + "insert(", "sys.path." + "append(")  # (not this line)
+    for folder in ("t1jax", "experiments", "tests", "configs", "colabs", "scripts"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.suffix not in (".py", ".ipynb", ".sh") or \
+                    any(path.is_relative_to(p) for p in TASK_PAYLOADS):
+                continue
+            text = path.read_text()
+            edits += [f"{path.relative_to(REPO)}: {line.strip()}" for line in text.splitlines()
+                      if any(call in line for call in calls)]
+    assert not edits, edits
+
+
+def test_the_installed_project_imports_from_another_folder(tmp_path):
+    """`import t1jax`, the config files' `configs` and the scripts' `experiments` resolve
+    from any working directory, with no PYTHONPATH, to this checkout."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = ("import t1jax, configs.tiny_cpu, experiments.launch_local as l; "
+            "print(t1jax.__file__); print(configs.tiny_cpu.__file__); print(l.__file__)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = [Path(line).resolve() for line in proc.stdout.split()]
+    assert got == [REPO / "t1jax" / "__init__.py", REPO / "configs" / "tiny_cpu.py",
+                   REPO / "experiments" / "launch_local.py"], (got, "pip install -e . here")

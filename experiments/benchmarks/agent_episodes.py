@@ -7,7 +7,7 @@ So the number measures the harness (tokenisation, chat rendering, tool-call pars
 record and audit) + the sandboxes + verification, not generation. Ratios are against one
 sandbox at a time, measured in the same run.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/agent_episodes.py \
+  .venv/bin/python experiments/benchmarks/agent_episodes.py \
       [--episodes 16] [--concurrency 1,4,8] [--tasks 8] [--backend docker]
 """
 
@@ -17,13 +17,10 @@ import argparse
 import os
 import platform
 import shlex
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 

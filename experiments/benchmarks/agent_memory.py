@@ -16,7 +16,7 @@ container, not in this process). The heap is tracemalloc's peak (Python allocati
 the engine's host-side arrays); RSS is the process's high-water mark, so episodes run shortest
 first.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/agent_memory.py [--turns 10,100,300]
+  .venv/bin/python experiments/benchmarks/agent_memory.py [--turns 10,100,300]
 """
 
 from __future__ import annotations
@@ -26,13 +26,10 @@ import dataclasses
 import os
 import platform
 import resource
-import sys
 import time
 import tracemalloc
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from flax import nnx  # noqa: E402
 

@@ -8,7 +8,7 @@ blocks that score only the keys up to their own end. This times `Trainer.sft_ste
 batch of that shape, one Trainer per block count, same seed, steps alternating between them;
 block count 1 (the whole score matrix) is the baseline of the printed ratios.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/causal_attention.py \
+  .venv/bin/python experiments/benchmarks/causal_attention.py \
       [--blocks 1,4,6,8] [--samples 16] [--length 317] [--row 384] [--steps 8] [--stage sft,ppo]
 """
 
@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 

@@ -8,7 +8,7 @@ linearly with the budget, and each decoded token attends over the whole prompt. 
 against the shortest length, measured in the same run. Peak RSS is the process's high-water
 mark (it only grows, so lengths run shortest first).
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/context_lengths.py \
+  .venv/bin/python experiments/benchmarks/context_lengths.py \
       [--lengths 1024,8192,32768] [--new 32] [--repeats 2] [--config configs/model/tiny.py]
 """
 
@@ -19,11 +19,8 @@ import os
 import platform
 import resource
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

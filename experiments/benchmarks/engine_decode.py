@@ -7,7 +7,7 @@ decode tokens/s = B·(N-1) / (t(N new tokens) - TTFT). Each time is the median o
 after one warm-up call of each kind (JAX compiles excluded), the four kinds of call
 interleaved. Ratios are JaxEngine / HF, same run.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/engine_decode.py \
+  .venv/bin/python experiments/benchmarks/engine_decode.py \
       [--batches 1,16] [--prompt 64] [--new 64] [--repeats 3] [--config configs/model/tiny.py]
 """
 
@@ -17,12 +17,9 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

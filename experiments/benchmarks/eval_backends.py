@@ -1,7 +1,7 @@
 """The main job's evaluation on the Docker and the bubblewrap sandbox backends: trials per
 second, where the machine's CPU goes, and whether the two give the same outcomes.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/eval_backends.py --run runs/tiny_cpu \
+  .venv/bin/python experiments/benchmarks/eval_backends.py --run runs/tiny_cpu \
       [--label sft] [--backends docker,bwrap] [--tasks 48]
 
 Evaluates a finished main-job run's SFT (or PPO) checkpoint on its test split exactly as the
@@ -20,13 +20,10 @@ import json
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from configs import tiny_cpu  # noqa: E402
 from experiments.benchmarks.ppo_step import machine_lines  # noqa: E402

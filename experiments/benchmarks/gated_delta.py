@@ -5,7 +5,7 @@ difference on the run's inputs; and the compiled backward pass's temporaries (XL
 analysis) of the grouped form against all chunks in one group (every chunk's terms and states
 alive at once, as the form was before grouping).
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/gated_delta.py [--lengths 1024,4096,16384]
+  .venv/bin/python experiments/benchmarks/gated_delta.py [--lengths 1024,4096,16384]
       [--batch 1] [--heads 4] [--dk 64] [--dv 64] [--chunk 64] [--repeats 5]
 """
 
@@ -15,10 +15,7 @@ import argparse
 import functools
 import os
 import platform
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

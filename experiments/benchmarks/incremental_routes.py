@@ -9,7 +9,7 @@ exactly as a live trial's (JSON, base64, the route checks), then stitched by the
 RouteRecord. Bytes are the reply bodies; seconds the client's parse and stitch. Both arms run
 in the same process on the same replies' shapes; the ratio is before / after.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/incremental_routes.py \
+  .venv/bin/python experiments/benchmarks/incremental_routes.py \
       [--turns 8,16,32,64] [--prompt-tokens 2000] [--turn-tokens 680]
 """
 
@@ -19,11 +19,8 @@ import argparse
 import base64
 import json
 import platform
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 

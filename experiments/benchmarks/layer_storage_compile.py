@@ -13,7 +13,7 @@ Parameters stay abstract (no weights materialised). Reported per variant: loweri
 seconds (fastest of --repeats, alternating), instructions in the optimized program,
 train-state leaves; then per-layer / stacked.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/layer_storage_compile.py
+  .venv/bin/python experiments/benchmarks/layer_storage_compile.py
       [--config configs/model/tiny.py] [--layers 48] [--rows 2] [--length 512] [--repeats 2]
 """
 
@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

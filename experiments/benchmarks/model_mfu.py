@@ -22,7 +22,7 @@ FLOPs are counted two ways:
             including elementwise work and whatever the MoE dispatch really does on this
             backend (e.g. a ragged_dot lowered as a dense dot over all experts).
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/model_mfu.py [--config configs/model/tiny.py]
+  .venv/bin/python experiments/benchmarks/model_mfu.py [--config configs/model/tiny.py]
       [--batch 8] [--seq 256] [--repeats 5] [--dispatch auto|<a t1jax.model.dispatch strategy>]
 """
 
@@ -32,12 +32,10 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

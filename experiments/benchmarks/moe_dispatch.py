@@ -1,7 +1,7 @@
 """MoE expert dispatch: forward+backward tokens/s of each t1jax.model.dispatch strategy vs a dense
 SwiGLU FFN of equal active FLOPs (F_dense = k*F), measured in the same run. Picks AUTO["cpu"].
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/moe_dispatch.py [--tokens 2048] [--repeats 5]
+  .venv/bin/python experiments/benchmarks/moe_dispatch.py [--tokens 2048] [--repeats 5]
       [--strategies ragged,padded,dense,blocked] [--experts 64,128] [--k 8] [--d 256] [--f 128]
 """
 
@@ -11,11 +11,8 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -1,7 +1,7 @@
 """The main job as 1 process and as N processes on this machine: each phase's wall time, their
 ratio, and whether the N-process run wrote what the 1-process run wrote.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/multiprocess_recipe.py \
+  .venv/bin/python experiments/benchmarks/multiprocess_recipe.py \
       [--processes 2] [--out /tmp/mp_recipe] [--full] [-- --config.x=y ...]
 
 Runs configs/tiny_cpu.py at the tests' toy size (--full: the main job's own size, about an
@@ -25,8 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments"))
 
 from experiments.benchmarks.ppo_step import machine_lines  # noqa: E402
 
@@ -57,7 +55,7 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the main job's size, not toy")
     parser.add_argument("extra", nargs="*", help="flags after -- go to both runs")
     args = parser.parse_args()
-    import launch_local
+    from experiments import launch_local
     n = args.processes
     size = [] if args.full else TOY
     base = ["--config", str(ROOT / "configs" / "tiny_cpu.py"), *size, *args.extra]

@@ -24,7 +24,7 @@ FLOPs (analytic, same counting as model_mfu.py):
   MFU = analytic FLOPs / median step time / matmul peak, the peak measured in the same run
   (a float32 2048x2048 jnp.dot here, median of 5; model_mfu.matmul_peak_flops).
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/ppo_step.py [--config configs/model/tiny.py]
+  .venv/bin/python experiments/benchmarks/ppo_step.py [--config configs/model/tiny.py]
       [--samples 8] [--length 256] [--steps 5] [--dtype float32|bfloat16] [--r3 both|on|off]
 """
 
@@ -34,12 +34,10 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

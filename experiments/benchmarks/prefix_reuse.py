@@ -9,7 +9,7 @@ turn re-prefills its whole prompt. Prints wall time per arm (the ratio is agains
 the same run; arms alternate, the median of --repeats is kept), prompt tokens prefilled,
 session hits, rollout/route_drift and whether both arms sampled identical trajectories.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/prefix_reuse.py \
+  .venv/bin/python experiments/benchmarks/prefix_reuse.py \
       [--trials 12] [--repeats 2] [--workdir runs/tiny_cpu]
 
 --workdir: a main-job run whose pool, tokenizer and SFT actor to use (the SFT policy's replies
@@ -28,7 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 class WithoutSessions:

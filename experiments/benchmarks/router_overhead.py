@@ -4,7 +4,7 @@ straight, and through the router in front of it (--policy consistent_hashing, as
 runs it). Blocks of calls alternate between the two; prints the median and p90 latency of each
 and the router's added milliseconds and ratio against the direct calls, same run.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/router_overhead.py [--calls 200]
+  .venv/bin/python experiments/benchmarks/router_overhead.py [--calls 200]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
 
 def free_port() -> int:
@@ -65,7 +64,6 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="t1jax_router_bench_"))
     path = export_hf(CausalLM(cfg, nnx.Rngs(0)), tmp / "v0")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS" and "proxy" not in k.lower()}
-    env["PYTHONPATH"] = str(REPO)
     port, rport = free_port(), free_port()
     server = subprocess.Popen([sys.executable, "-m", "t1jax.rollout.server", "--model_path",
                                str(path), "--port", str(port), "--max_batch", "4",

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from t1jax.sandbox import overlay  # noqa: E402
 from t1jax.sandbox.docker import DockerSandbox  # noqa: E402

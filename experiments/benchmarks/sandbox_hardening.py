@@ -11,11 +11,8 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.sandbox.docker import DockerSandbox, daemon_facts, docker_client  # noqa: E402

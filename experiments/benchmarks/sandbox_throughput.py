@@ -13,12 +13,9 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from t1jax.sandbox import make_backend  # noqa: E402
 from t1jax.sandbox.backend import SandboxSpec  # noqa: E402

@@ -9,7 +9,7 @@ batches of that shape: synthetic ids with a common 248-token opening by default,
 samples of a run's SFT data (--sft_data runs/tiny_cpu/sft/sft_data). It also prints the
 largest difference of their NLLs.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/shared_prefix.py \
+  .venv/bin/python experiments/benchmarks/shared_prefix.py \
       [--sft_data DIR] [--samples 16] [--steps 8]
 """
 
@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -9,11 +9,8 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from t1jax.sandbox import make_backend  # noqa: E402
 from t1jax.sandbox.backend import SandboxSpec  # noqa: E402

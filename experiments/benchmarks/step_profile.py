@@ -1,7 +1,7 @@
 """Where a training step's time goes: the main job's SFT and PPO steps traced with jax.profiler,
 each XLA op's time attributed to a part of the model by the named scope in its HLO metadata.
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/step_profile.py [--run runs/tiny_cpu] \
+  .venv/bin/python experiments/benchmarks/step_profile.py [--run runs/tiny_cpu] \
       [--steps 4]
 
 configs/tiny_cpu.py's Trainer (its model and rl settings: the shared SFT prefix, R3, TITO) runs
@@ -27,13 +27,11 @@ import os
 import re
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 DUMP = tempfile.mkdtemp(prefix="t1jax-step-profile-")  # the optimized HLO, for op names
 atexit.register(shutil.rmtree, DUMP, ignore_errors=True)
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={DUMP}"

@@ -10,7 +10,7 @@ sustains once the cache is full. The model is written in --shard-mb shards (a sh
 on a thread while the next is converted), as a real model's 4 GiB shards are. Ratio: the baseline's seconds / the publish's (1.0 = as fast as
 the disk). The publish is also timed as a float32 copy (what it wrote before: twice the bytes).
 
-  PYTHONPATH=. .venv/bin/python experiments/benchmarks/weight_publish.py [--gb 1.0] [--dir /tmp]
+  .venv/bin/python experiments/benchmarks/weight_publish.py [--gb 1.0] [--dir /tmp]
       [--shard-mb 256]
 """
 
@@ -19,12 +19,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 

@@ -1,7 +1,7 @@
 """GPU check: one full PPO step (Trainer.ppo_step, R3 on) of a Qwen3-MoE sized to fill one H200.
 
 Run on the GPU host from the repository root (needs jax with its CUDA backend,
-`pip install -U "jax[cuda12]"`):
+`pip install -U "jax[cuda12]"`, and t1jax itself, `pip install --no-deps -e .`):
 
   python experiments/gpu_checks/ppo_step_h200.py [--steps 3] [--samples 8] [--length 512]
       [--layers 24] [--experts 32] [--moe-intermediate 768] [--max-seconds 240]
@@ -46,7 +46,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 INSTALL_HINT = ('install the CUDA backend of jax on the GPU host: pip install -U "jax[cuda12]" '
                 '(or "jax[cuda13]" for a CUDA 13 driver), then re-run')

@@ -11,7 +11,7 @@ Steps (all real pieces):
      held-out tasks: JaxEngine over trainer.actor_model() -> run_agent_episode -> verify.
 Writes `<out>/results.jsonl` (one line per evaluation) and prints a table.
 
-  PYTHONPATH=. .venv/bin/python experiments/probes/family_sft.py --out runs/probe_family_sft \
+  .venv/bin/python experiments/probes/family_sft.py --out runs/probe_family_sft \
       [--steps 100,200,400] [--lr 2e-3] [--batch 16] [--eval_tasks 20] [--temps 0,1]
 """
 
@@ -22,12 +22,10 @@ import functools
 import json
 import os
 import random
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -12,10 +12,8 @@ says whether more tasks or more attempts buy it, and at how many trials (docs/ma
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from t1jax.report.paired import projected_se, variance_components  # noqa: E402
 

@@ -14,11 +14,9 @@ that SFT: experiments/run.py ... --config.reuse=<out> --config.sft.steps=... (th
 import argparse
 import ast
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from configs import tiny_cpu  # noqa: E402
 from experiments.probes.sft_token_nll import token_nll  # noqa: E402

@@ -9,10 +9,8 @@ Why: the main job's SFT lands anywhere from 1% to 26% on held-out tasks from run
 says whether the spread is in the boilerplate or in copying (docs/probes.md)."""
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from configs import tiny_cpu  # noqa: E402
 from t1jax.tasks import families  # noqa: E402

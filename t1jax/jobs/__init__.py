@@ -1,7 +1,25 @@
-"""One module per `mode` of experiments/run.py; each has `run(config, workdir) -> exit code`.
-What they build from a config (sandboxes, task stacks, meshes, trainers, restored policies,
-live rollouts) is t1jax.jobs.build's; t1jax.jobs.config_file loads a config file by path for
-the scripts that take one as a plain argument."""
+"""The jobs of experiments/run.py: one module per `mode` (MODES below), each with
+`run(config, workdir) -> exit code`, and what the jobs share.
+
+aot.py: ahead-of-time compiles of the trainer's and engine's real-scale steps for a TPU topology,
+  on any host, to check sharding, memory and cost without a TPU (the recipe's aot phase).
+audit.py: mode `audit`: quality scores and hard rejects for every task of a pool.
+build.py: what the jobs build from a config (sandbox backend, task stack, mesh, trainer, restored
+  policy, live rollouts), each written once, heavy imports inside the functions.
+config_file.py: loads a `get_config(arg)` file by path (`path.py:arg`), for scripts that take a
+  config file as a plain argument.
+eval.py: mode `eval`: evaluates a policy on a task directory (protocol: t1jax/rollout/evaluate.py).
+hlo.py: the collectives a compiled step runs and their bytes, read from HLO text, for aot.py's
+  report.
+oracle.py: mode `oracle`: validates a task pool with oracle and do-nothing agents.
+pool.py: mode `pool`: writes the training pool as a TFDS dataset in quality-rank order, refusing
+  a pool that overlaps a held-out suite.
+progress.py: progress bars on a terminal and plain progress lines elsewhere (logs, nohup, CI),
+  where rich would print nothing until the end.
+recipe.py: mode `recipe`: the whole T1 recipe (pool, oracle, SFT, Critic Warm-Up, PPO,
+  evaluations, report) at every scale, resuming where it stopped.
+synth.py: mode `synth`: grows a task pool by recursive task synthesis.
+"""
 
 MODES = {
     "oracle": "t1jax.jobs.oracle",

@@ -5,7 +5,6 @@ the laptop run, with real sandboxes and a real t1jax server speaking SGLang's /g
 
 import json
 import shutil
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -14,7 +13,6 @@ import pytest
 
 from conftest import run_toy_recipe
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "experiments"))
-
-import ablation_sweep  # noqa: E402
-import recipe_seed_sweep  # noqa: E402
+from experiments import ablation_sweep, recipe_seed_sweep  # noqa: E402
 
 from t1jax.report.paired import paired_difference, pooled_over_strata  # noqa: E402
 

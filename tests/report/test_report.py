@@ -375,13 +375,9 @@ def test_summary_pairs_sft_with_base_and_ppo_with_sft(built, tmp_path):
 
 
 def test_seed_sweep_reports_each_seed_and_the_pool(tmp_path):
-    """experiments/ppo_seed_sweep.py's table: per seed the paired PPO - SFT gain; pooled, each
-    task's gain averaged over the seeds."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "ppo_seed_sweep", Path(__file__).resolve().parents[2] / "experiments" / "ppo_seed_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    """experiments/probes/ppo_seed_sweep.py's table: per seed the paired PPO - SFT gain;
+    pooled, each task's gain averaged over the seeds."""
+    from experiments.probes import ppo_seed_sweep as sweep
     solved = {1: {"sft": [0, 0, 1], "ppo": [1, 0, 1]}, 2: {"sft": [0, 0, 1], "ppo": [1, 1, 1]}}
     workdirs = {}
     for seed, labels in solved.items():

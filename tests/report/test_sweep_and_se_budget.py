@@ -1,20 +1,17 @@
 """The arithmetic behind the reliability claims, on written trials.jsonl files checked against
-hand-computed values (no training: the runs are the main job's): experiments/ppo_seed_sweep.py's
+hand-computed values (no training: the runs are the main job's): experiments/probes/ppo_seed_sweep.py's
 per-seed and pooled PPO - SFT, and the noise split of t1jax.report.paired.variance_components
 with experiments/probes/se_budget.py's pooling of evaluation draws."""
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "experiments"))
-
-import ppo_seed_sweep  # noqa: E402
+from experiments.probes import ppo_seed_sweep  # noqa: E402
 
 SFT = {"t1": [1, 0], "t2": [0, 0], "t3": [1, 1]}
 
@@ -84,8 +81,7 @@ def test_variance_components_split_the_paired_noise():
 
 
 def test_se_budget_pools_the_attempts_of_other_evaluation_draws(tmp_path):
-    sys.path.insert(0, str(ROOT / "experiments" / "probes"))
-    import se_budget
+    from experiments.probes import se_budget
     runs = [tmp_path / "draw_a", tmp_path / "draw_b"]
     for run, ppo in zip(runs, ({"t1": [1, 0], "t2": [0, 0]}, {"t1": [1, 1], "t2": [1, 0]})):
         write_run(run, "sft", {"t1": [0, 0], "t2": [0, 0]})

@@ -11,11 +11,8 @@ once both have released, the coordinator holds none of them. Prints one line of 
 
 import dataclasses
 import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 LAYERS, K = 3, 2
 

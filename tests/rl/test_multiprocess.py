@@ -278,7 +278,6 @@ def test_what_does_not_run_across_processes_is_refused(tmp_path, capsys):
 
 
 EXPORT = """import sys
-sys.path.insert(0, {root!r})
 from t1jax import distributed
 distributed.initialize()
 from configs import tiny_cpu
@@ -335,7 +334,6 @@ def test_live_rollouts_through_a_fleet_from_two_processes(toy_run, docker_backen
     each step every process writes its shards of the new weights, process 0 has the server
     load them, and both then sample from it (each step's trials carry that step's version);
     the folder a newer publish replaced is removed."""
-    sys.path.insert(0, str(ROOT / "tests" / "rollout"))
     import jax
     from test_rollout_server import free_port, start_server, wait_healthy
 

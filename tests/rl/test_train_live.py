@@ -4,8 +4,6 @@ to the engine. One step off-policy, step t+1's trials are sampled by the weights
 (their recorded weight versions say so); synchronously, by the weights of step t."""
 
 import json
-import sys
-from pathlib import Path
 
 import jax
 import pytest
@@ -18,9 +16,6 @@ from t1jax.rollout.sample import load_samples
 from t1jax.rl.trainer import Trainer
 from t1jax.sharding import make_mesh
 
-# the fleet test starts servers and a router with tests/rollout's helpers, also when this file
-# runs alone (pytest puts tests/rollout on sys.path only when it collects a file there)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,6 @@ from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample, make_sample
-from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.rollout.trial import task_limits
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits
@@ -66,11 +65,6 @@ class ScriptedEngine:
 
     def load_weights(self, params_state, version):
         raise NotImplementedError
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return train_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.tito import encode_observation
 
-from test_agent import K, LAYERS, ScriptedEngine, env, shared_box, task, tok  # noqa: F401
+from test_agent import K, LAYERS, ScriptedEngine, env, shared_box, task  # noqa: F401
 
 SYSTEM = "Use the bash tool."
 

@@ -27,7 +27,6 @@ from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.oracle_data import FINAL_ANSWER, oracle_commands
 from t1jax.rollout.sample import Sample
-from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
 
@@ -41,11 +40,6 @@ SOLVE = ("cd /app && awk '$3 == \"[ERROR]\" { sub(/^service=/, \"\", $4); c[$4]+
          "END { for (s in c) print s \": \" c[s] }' logs/*.log | sort -t: -k2,2nr -k1,1 "
          "> report.txt && awk -F': ' '{ t += $2 } END { print \"TOTAL: \" t }' report.txt "
          ">> report.txt && cat report.txt")
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return train_tokenizer(512)
 
 
 class KeyedEngine:

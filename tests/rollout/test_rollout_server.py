@@ -57,7 +57,6 @@ def post(url, body):
 
 def start_server(path, port, max_len=MAX_LEN):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
-    env["PYTHONPATH"] = REPO
     # a restarted server reuses the first ones' compiles
     env["JAX_COMPILATION_CACHE_DIR"] = str(path.parent / "jax_cache")
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"

@@ -20,7 +20,6 @@ from t1jax.rollout.oracle_data import (FINAL_ANSWER, OracleEngine, oracle_comman
                                        oracle_samples, solution_commands, split_solution,
                                        unfaithful_constructs)
 from t1jax.rollout.sample import Sample, load_samples, save_samples
-from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.tasks.pool import default_pool_dir, load_pool
 from t1jax.verify.reward import pool_scale
 
@@ -55,11 +54,6 @@ python3 - <<PY
 print("x")
 PY
 """
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return train_tokenizer()
 
 
 @pytest.fixture(scope="module")

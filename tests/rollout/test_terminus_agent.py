@@ -16,7 +16,6 @@ import pytest
 from t1jax.rollout.chat import EOT, IM_END
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.terminus_agent import render_ids, run_terminus_episode
-from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.rollout.trial import task_limits
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import ExecResult, Limits
@@ -79,11 +78,6 @@ class FakeSandbox:
     def exec(self, cmd, timeout=None):
         self.ran.append(cmd)
         return ExecResult(output=f"ran {cmd}\n", exit_code=0)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return train_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,6 @@ SYSTEM = "You are a helpful assistant that solves tasks in a Linux terminal."
 INSTRUCTION = "Count the lines in every Python file and print the total."
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return train_tokenizer()
-
-
 def decode(tok, ids):
     return tok.decode(ids, skip_special_tokens=False)
 

@@ -291,7 +291,6 @@ def test_sandboxes_started_from_a_jax_process_do_not_warn_about_fork(image, tmp_
     import sys
     child = textwrap.dedent(f"""
         import os, sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         import jax
         jax.devices()  # JAX installs its at-fork warning with its backends
         from t1jax.sandbox.backend import SandboxSpec

@@ -229,7 +229,6 @@ def test_reaper_removes_sandboxes_of_a_killed_parent(client):
     from t1jax.sandbox.docker_backend import DockerBackend
     child = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {ROOT!r})
         from t1jax.sandbox.docker import DockerSandbox
         sb = DockerSandbox({LOCAL_BASE_IMAGE!r}, run_id="reaper-test").start()
         print(sb.container.name, flush=True)
@@ -251,7 +250,6 @@ def test_a_reap_by_run_id_spares_a_live_process_with_the_same_run_id(client):
     run_id = f"shared-run-{uuid.uuid4().hex[:6]}"
     child = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {ROOT!r})
         from t1jax.sandbox.docker import DockerSandbox
         sb = DockerSandbox({LOCAL_BASE_IMAGE!r}, run_id={run_id!r}).start()
         print(sb.container.name, flush=True)

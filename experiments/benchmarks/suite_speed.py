@@ -10,7 +10,7 @@ The slice (default: compile-heavy files that rebuild the same tiny models and st
 Each arm is a fresh pytest process over the same files; printed: wall seconds, passed count, and
 the speed-up against the baseline measured in this run.
 
-  .venv/bin/python experiments/benchmarks/test_suite_speed.py [--files tests/model/test_r3.py ...]
+  .venv/bin/python experiments/benchmarks/suite_speed.py [--files tests/model/test_r3.py ...]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Is PPO's gain over SFT reliable? The PPO phase rerun from one SFT checkpoint with other seeds.
 
-  .venv/bin/python experiments/ppo_seed_sweep.py --source runs/tiny_cpu --seeds 1,2,3 \
+  .venv/bin/python experiments/probes/ppo_seed_sweep.py --source runs/tiny_cpu --seeds 1,2,3 \
       [--out runs/ppo_seeds] [--config configs/tiny_cpu.py] [-- --config.rl.actor_lr=1e-4 ...]
 
 Each seed is the main job with --config.reuse=SOURCE (its pool, SFT actor, warm critic and base /
@@ -20,8 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from t1jax.report.paired import paired_difference, task_differences  # noqa: E402
 from t1jax.rollout.evaluate import read_trials  # noqa: E402
