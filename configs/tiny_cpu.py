@@ -43,7 +43,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # an outside pool's train split is refused if it overlaps heldout/ or validation/
     # (t1jax/tasks/decontam.py); False for held-out splits that are near by design
     config.pool.decontaminate = True
-    config.pool.families = ""  # "" = all (t1jax/tasks/families.py FAMILIES)
+    config.pool.families = ""  # "" = all (t1jax/curation/families.py FAMILIES)
     config.pool.train_per_family = 50  # 300 distinct SFT samples: fewer never learned (docs/probes.md)
     # three disjoint splits: train; validation (settings are chosen on it; PPO's periodic
     # evaluations); test (the held-out tasks, touched only by the final evaluations). Each
@@ -59,7 +59,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.oracle.train_per_family = 4  # train tasks per family checked oracle vs do-nothing (-1: all)
 
     config.agent = ml_collections.ConfigDict()
-    from t1jax.tasks.families import SYSTEM_PROMPT
+    from t1jax.curation.families import SYSTEM_PROMPT
     config.agent.system_prompt = SYSTEM_PROMPT  # short: the tiny model reads it every turn
 
     config.rl = rl_config()
@@ -129,7 +129,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sft.data_dir = ""
     config.sft.checkpoint_every = 50  # a killed SFT resumes from its last multiple of this
     # every train task's SFT data hold the reference episode and a teacher's slip
-    # (t1jax.tasks.families.slip_command), so SFT imitates a teacher right half the time and
+    # (t1jax.curation.families.slip_command), so SFT imitates a teacher right half the time and
     # reward has something to teach that imitation cannot: with the reference alone PPO had
     # nothing to improve (docs/probes.md, "A teacher that slips"); False: the perfect teacher
     config.sft.teacher_slips = True

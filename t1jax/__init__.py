@@ -17,7 +17,8 @@ report/: what a run leaves for people to read (summary.md, plots, trajectory vie
 rl/: training: Samples packed into batches, PPO and the critic, the sharded trainer, the loop.
 rollout/: engines, the agent harnesses, TITO, the rollout scheduler, Samples on disk, evaluation.
 sandbox/: Docker and bubblewrap sandboxes where agents' commands and tasks' tests run.
-tasks/: the task format, pools and their sampling, and the work on tasks (validation, synthesis,
-  audit, decontamination, generated families).
+curation/: what runs trials over tasks to make, check and rank a pool (validation, synthesis,
+  audit, generated families, the TFDS pool).
+tasks/: the task format, pools, their sampling and decontamination (the bottom floor).
 verify/: grading a finished episode: the verifier, per-assertion results, the dense reward.
 """

@@ -12,10 +12,9 @@ ROOT = Path(__file__).resolve().parents[1] / "t1jax"
 LAYERS = (
     ("t1jax.sharding", "t1jax.faults", "t1jax.metrics_log", "t1jax.checkpoint",
      "t1jax.distributed"),
-    ("t1jax.model", "t1jax.sandbox", "t1jax.verify", "t1jax.tasks.task", "t1jax.tasks.pool",
-     "t1jax.tasks.sampler", "t1jax.tasks.decontam"),
+    ("t1jax.model", "t1jax.sandbox", "t1jax.verify", "t1jax.tasks"),  # tasks: the format alone
     ("t1jax.rollout",),
-    ("t1jax.tasks", "t1jax.rl"),  # what runs trials over tasks (validate, synth, audit), training
+    ("t1jax.curation", "t1jax.rl"),  # what runs trials over tasks (validate, synth, audit), training
     ("t1jax.report", "t1jax.jobs", "t1jax"),
 )
 # rl/ takes from rollout/ only the data types rollouts reach it as

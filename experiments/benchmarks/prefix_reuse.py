@@ -64,7 +64,7 @@ def main() -> int:
     from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.scheduler import RolloutScheduler, TrialRequest, episode_trial
     from t1jax.rollout.tokenizer import train_tokenizer
-    from t1jax.tasks import families
+    from t1jax.curation import families
     from t1jax.tasks.pool import load_pool
     from t1jax.verify.reward import pool_scale
 

@@ -21,7 +21,7 @@ from t1jax.sandbox import make_backend  # noqa: E402
 from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
 from t1jax.sandbox.base import Limits, SandboxError  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
-from t1jax.tasks.validate import run_episode  # noqa: E402
+from t1jax.curation.validate import run_episode  # noqa: E402
 from t1jax.verify.reward import pool_scale  # noqa: E402
 
 

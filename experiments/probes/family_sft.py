@@ -2,7 +2,7 @@
 through the real agent loop, sandboxes and verifier? Sizes the tiny default config.
 
 Steps (all real pieces):
-  1. write a family pool (t1jax.tasks.families) and train the family tokenizer on its corpus;
+  1. write a family pool (t1jax.curation.families) and train the family tokenizer on its corpus;
   2. oracle SFT samples: every train task's solve.sh played through run_agent_episode in a
      Docker sandbox with the short system prompt, kept when the verifier says solved
      (t1jax.rollout.oracle_data.oracle_samples);
@@ -42,7 +42,7 @@ from t1jax.rollout.sample import load_samples, save_samples  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
 from t1jax.rollout.trial import run_trial  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
-from t1jax.tasks import families  # noqa: E402
+from t1jax.curation import families  # noqa: E402
 from t1jax.tasks.pool import load_pool  # noqa: E402
 from t1jax.verify.reward import INVARIANT, pool_scale  # noqa: E402
 

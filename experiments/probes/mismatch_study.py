@@ -38,7 +38,7 @@ from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample, bucket_lengths, make_sample
 from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits
-from t1jax.tasks import families
+from t1jax.curation import families
 from t1jax.tasks.task import load_task
 
 # The five rows: (setting, rollout dtype, TITO, R3).

@@ -23,7 +23,7 @@ from t1jax.jobs.build import restored_actor  # noqa: E402
 from t1jax.model.config import model_config_from  # noqa: E402
 from t1jax.model.transformer import CausalLM  # noqa: E402
 from t1jax.rollout.sample import load_samples  # noqa: E402
-from t1jax.tasks.families import ENTITIES, FIXTURES  # noqa: E402
+from t1jax.curation.families import ENTITIES, FIXTURES  # noqa: E402
 
 
 def token_nll(run: Path, n_samples: int) -> dict[str, np.ndarray]:

@@ -4,7 +4,7 @@
 
 The generated task space is small (64 instances per fixture family, 240 per entity family), so
 a new split cannot avoid every task an earlier split held. This prints, for each seed's
-validation and test split of configs/tiny_cpu.py as t1jax/tasks/families.py makes them now, how
+validation and test split of configs/tiny_cpu.py as t1jax/curation/families.py makes them now, how
 many tasks were in the splits that settings still in force were chosen on (or printed on),
 each rebuilt with the families.py of its time (git show), seed 0 as they ran:
   - "held-out 24" (11776f9~1, 2026-11-30..12-05): the single held-out split on which
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from configs import tiny_cpu  # noqa: E402
-from t1jax.tasks import families  # noqa: E402
+from t1jax.curation import families  # noqa: E402
 
 # (name, the families.py revision, plan_split arguments, the plan's key) of each earlier split
 EARLIER = (("held-out 24", "11776f9~1", dict(train_per_family=50, heldout_per_family=4),
@@ -38,8 +38,8 @@ EARLIER = (("held-out 24", "11776f9~1", dict(train_per_family=50, heldout_per_fa
 
 
 def families_at(rev: str):
-    """t1jax/tasks/families.py as it was at `rev`, imported as its own module."""
-    text = subprocess.run(["git", "show", f"{rev}:t1jax/tasks/families.py"], cwd=ROOT,
+    """t1jax/curation/families.py as it was at `rev`, imported as its own module."""
+    text = subprocess.run(["git", "show", f"{rev}:t1jax/curation/families.py"], cwd=ROOT,
                           check=True, capture_output=True, text=True).stdout
     path = Path(tempfile.mkdtemp()) / f"families_{rev.replace('~', '_')}.py"
     path.write_text(text)

@@ -15,7 +15,7 @@ from t1jax.jobs import UsageError, build
 def run(config, workdir: Path) -> int:
     from t1jax.jobs.progress import job_progress
 
-    from t1jax.tasks.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
+    from t1jax.curation.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
         write_reports
     from t1jax.tasks.pool import load_pool
     from t1jax.verify.reward import pool_scale

@@ -12,7 +12,7 @@ from t1jax.jobs import build
 def run(config, workdir: Path) -> int:
     from t1jax.jobs.progress import job_progress
 
-    from t1jax.tasks.validate import AGENTS, validate_pool
+    from t1jax.curation.validate import AGENTS, validate_pool
 
     pool_dir = build.task_folder(config)
     tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,

@@ -12,7 +12,7 @@ from t1jax.jobs import UsageError, build
 def run(config, workdir: Path) -> int:
     from t1jax.tasks.decontam import ContaminationError, check_pool
     from t1jax.tasks.pool import load_pool
-    from t1jax.tasks.tfds_pool import build_pool_dataset, load_pool_dataset
+    from t1jax.curation.tfds_pool import build_pool_dataset, load_pool_dataset
 
     pool_dir = build.task_folder(config)
     tasks = load_pool(pool_dir).tasks

@@ -424,7 +424,7 @@ class Recipe:
 
     def pool(self) -> None:
         from t1jax.rollout.tokenizer import train_tokenizer
-        from t1jax.tasks import families
+        from t1jax.curation import families
         c = self.config.pool
         if not _done(self.pool_dir) and outside_pool(self.config) is not None:
             self._outside_pool(outside_pool(self.config))
@@ -481,7 +481,7 @@ class Recipe:
         _mark(self.pool_dir, {**counts, "source": str(source)}, config=self.config_dict)
 
     def oracle(self) -> None:
-        from t1jax.tasks.validate import validate_pool
+        from t1jax.curation.validate import validate_pool
         out = self.workdir / "oracle"
         if _done(out):
             return
@@ -513,7 +513,7 @@ class Recipe:
         from t1jax.rl import loop
         from t1jax.rollout.oracle_data import oracle_samples
         from t1jax.rollout.sample import dataset_complete, load_samples, save_dataset
-        from t1jax.tasks import families
+        from t1jax.curation import families
         out = self.workdir / "sft"
         if _done(out):
             return
@@ -562,7 +562,7 @@ class Recipe:
         the reference's 0), played and verified like the reference and kept only as a clean
         miss. A slip alone would teach a task nothing but the slip: its task is skipped."""
         from t1jax.rollout.oracle_data import oracle_samples
-        from t1jax.tasks import families
+        from t1jax.curation import families
         instances = json.loads((self.pool_dir / "split.json").read_text())["instances"]
         cfg = self.config.model
         with_reference = {sample.metadata["task_id"] for sample in samples}

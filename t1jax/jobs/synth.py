@@ -35,7 +35,7 @@ def _select(config):
 
 
 def _operators(config):
-    from t1jax.tasks.synth_operators import LLMConfig, make_operators
+    from t1jax.curation.synth_operators import LLMConfig, make_operators
 
     names = [n.strip() for n in config.operators.split(",") if n.strip()]
     llm = None
@@ -55,7 +55,7 @@ def _operators(config):
 def run(config, workdir: Path) -> int:
     from t1jax.jobs.progress import job_progress
 
-    from t1jax.tasks.synth import synthesize
+    from t1jax.curation.synth import synthesize
 
     if config.rounds < 1 or config.per_round_limit < 1:
         raise UsageError("--config.rounds and --config.per_round_limit must be >= 1")

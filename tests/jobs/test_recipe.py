@@ -73,7 +73,7 @@ def test_sft_data_hold_the_reference_and_the_teacher_slip_of_every_train_task(to
     """The main job's SFT data (sft.teacher_slips, its default): each train task's reference
     episode (attempt 0, solved) beside its teacher's slip (attempt 1, a clean miss)."""
     from t1jax.rollout.sample import load_samples
-    from t1jax.tasks import families
+    from t1jax.curation import families
     split = json.loads((toy_run / "pool" / "split.json").read_text())
     samples = load_samples(toy_run / "sft" / "sft_data")
     got = {(s.metadata["task_id"], s.metadata["attempt"]): s.metadata for s in samples}

@@ -13,7 +13,7 @@ import pytest
 
 from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import run_episode
+from t1jax.curation.validate import run_episode
 from t1jax.verify.reward import GlobalScale
 
 ROOTFS = os.environ.get("T1JAX_ROOTFS") or os.path.expanduser("~/.cache/t1jax/rootfs-bookworm")

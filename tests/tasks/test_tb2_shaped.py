@@ -15,7 +15,7 @@ import pytest
 
 from t1jax.sandbox.base import Limits
 from t1jax.tasks.pool import load_pool
-from t1jax.tasks.validate import run_episode
+from t1jax.curation.validate import run_episode
 from t1jax.verify.reward import GlobalScale
 
 REPO = Path(__file__).resolve().parents[2]

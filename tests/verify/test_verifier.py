@@ -21,7 +21,7 @@ import pytest
 
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import run_agent
+from t1jax.curation.validate import run_agent
 from t1jax.verify.reward import INVARIANT, GlobalScale
 from t1jax.verify.verifier import tampered_paths, verify
 
@@ -348,7 +348,7 @@ def test_a_failed_oracle_says_what_its_solve_sh_said(docker_backend, built, tmp_
     """The oracle job names why a reference solution failed: solve.sh's exit code and the
     tail of its output, in results.jsonl, results.md and the summary (count-dataset-tokens'
     solution needs the network; offline it showed only "unhealthy")."""
-    from t1jax.tasks.validate import validate_pool
+    from t1jax.curation.validate import validate_pool
     solve = "#!/bin/bash\necho 'fetching the tokenizer from huggingface.co...'\nexit 3\n"
     task = load_task(write_tb2(tmp_path / "tasks", "needs-net", test_sh=SEED_TEST_SH,
                                tests={"test_outputs.py": OUT_TESTS}, solve_sh=solve))

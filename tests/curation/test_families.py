@@ -10,9 +10,9 @@ import pytest
 from t1jax.rollout.chat import render_prefix
 from t1jax.rollout.tokenizer import train_tokenizer
 from t1jax.sandbox.images import context_hash
-from t1jax.tasks import families
+from t1jax.curation import families
 from t1jax.tasks.task import load_task
-from t1jax.tasks.validate import validate_pool
+from t1jax.curation.validate import validate_pool
 from t1jax.verify.reward import pool_scale
 
 

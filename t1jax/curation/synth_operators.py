@@ -2,7 +2,7 @@
 step after its goal is reached, and returns what the instruction, solution and tests gain.
 
 Why all three at once: a new step is only worth training on if it is stated, solvable and checked;
-`t1jax.tasks.synth` validates them together in sandboxes. The offline operators need no model and
+`t1jax.curation.synth` validates them together in sandboxes. The offline operators need no model and
 leave the environment unchanged; `llm_rewrite` asks an OpenAI-compatible endpoint for the same."""
 
 from __future__ import annotations
@@ -379,7 +379,7 @@ class LLMRewrite(Operator):
     needs_outputs = False
 
     def rewrite(self, parent: Parent) -> Rewrite:
-        from t1jax.tasks.llm import LLMError, chat  # only runs that use a model need it
+        from t1jax.curation.llm import LLMError, chat  # only runs that use a model need it
         try:
             reply = chat(messages=llm_prompt(parent, self.prefix(parent)),
                          **dataclasses.asdict(self.config))

@@ -4,7 +4,7 @@ import dataclasses
 
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.pool import default_pool_dir, load_pool
-from t1jax.tasks.validate import EpisodeResult, run_episode, summarize
+from t1jax.curation.validate import EpisodeResult, run_episode, summarize
 from t1jax.verify.results import Assertion
 from t1jax.verify.reward import GlobalScale, pool_scale, static_assertion_count
 from t1jax.verify.verifier import VerifierReport

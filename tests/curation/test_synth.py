@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from t1jax.tasks import synth as synth_mod
+from t1jax.curation import synth as synth_mod
 from t1jax.tasks.pool import default_pool_dir
-from t1jax.tasks.synth import (Candidate, Node, Synthesizer, child_id, dump_toml, judge,
+from t1jax.curation.synth import (Candidate, Node, Synthesizer, child_id, dump_toml, judge,
                                synthesize, write_child)
-from t1jax.tasks.synth_operators import (OFFLINE, ChecksumManifest, LLMConfig, Output, Parent,
+from t1jax.curation.synth_operators import (OFFLINE, ChecksumManifest, LLMConfig, Output, Parent,
                                          RewriteError, make_operators, parse_llm_reply)
 from t1jax.tasks.task import load_task
 from t1jax.verify.results import Assertion

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from t1jax.sandbox.base import Limits, SandboxError
-from t1jax.tasks.audit_static import (check_coverage, file_texts, instruction_clarity,
+from t1jax.curation.audit_static import (check_coverage, file_texts, instruction_clarity,
                                      output_paths, secret_files, solution_substance, static_leaks)
-from t1jax.tasks.llm import chat
-from t1jax.tasks.validate import run_episode
+from t1jax.curation.llm import chat
+from t1jax.curation.validate import run_episode
 from t1jax.verify.reward import INVARIANT, pool_scale, static_assertion_count
 
 WEIGHTS = {"verifier": 0.45, "solution": 0.25, "instruction": 0.20, "value": 0.10}

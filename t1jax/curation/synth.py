@@ -21,10 +21,10 @@ from pathlib import Path
 
 from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits, SandboxError
-from t1jax.tasks.synth_operators import (LLMConfig, Operator, Output, Parent, Rewrite,
+from t1jax.curation.synth_operators import (LLMConfig, Operator, Output, Parent, Rewrite,
                                          RewriteError, make_operators, top_level_names)
 from t1jax.tasks.task import TaskFormatError, load_task
-from t1jax.tasks.validate import run_agent
+from t1jax.curation.validate import run_agent
 from t1jax.verify.reward import INVARIANT, GlobalScale, static_assertion_count
 
 WORKDIR = "/app"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from t1jax.tasks import audit
-from t1jax.tasks.llm import LLMError, chat
+from t1jax.curation import audit
+from t1jax.curation.llm import LLMError, chat
 from t1jax.tasks.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 from t1jax.tasks.pool import default_pool_dir, load_pool
 from t1jax.tasks.sampler import EpochSampler
 from t1jax.tasks.task import TaskFormatError
-from t1jax.tasks.tfds_pool import NAME, build_pool_dataset, load_pool_dataset
+from t1jax.curation.tfds_pool import NAME, build_pool_dataset, load_pool_dataset
 from t1jax.verify.reward import pool_scale, static_assertion_count
 
 
