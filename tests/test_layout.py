@@ -155,3 +155,20 @@ def test_the_installed_project_imports_from_another_folder(tmp_path):
     got = [Path(line).resolve() for line in proc.stdout.split()]
     assert got == [REPO / "t1jax" / "__init__.py", REPO / "configs" / "tiny_cpu.py",
                    REPO / "experiments" / "launch_local.py"], (got, "pip install -e . here")
+
+
+def test_every_package_docstring_names_its_modules():
+    """A newcomer opening t1jax/<package>/__init__.py finds the whole package: its docstring
+    names every module (and subpackage) in it, one line each."""
+    missing = []
+    for init in sorted(ROOT.rglob("__init__.py")):
+        if any(init.is_relative_to(p) for p in TASK_PAYLOADS):
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        folder = init.parent
+        names = [p.name for p in folder.glob("*.py") if p.name != "__init__.py"]
+        names += [f"{p.name}/" for p in folder.iterdir()
+                  if p.is_dir() and (p / "__init__.py").is_file()]
+        missing += [f"{folder.relative_to(REPO)}: {name}" for name in sorted(names)
+                    if f"{name}:" not in doc]
+    assert not missing, missing

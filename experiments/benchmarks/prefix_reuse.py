@@ -61,7 +61,7 @@ def main() -> int:
     from t1jax.model.config import model_config_from
     from t1jax.model.transformer import CausalLM
     from t1jax.rollout.batching import embedded_engine
-    from t1jax.rollout.engine import SamplingParams
+    from t1jax.rollout.settings import EpisodeSettings
     from t1jax.rollout.scheduler import RolloutScheduler, TrialRequest, episode_trial
     from t1jax.rollout.tokenizer import train_tokenizer
     from t1jax.curation import families
@@ -101,11 +101,11 @@ def main() -> int:
         engine = batching if sessions else WithoutSessions(batching)
         trial = episode_trial(
             backend, engine, tok, {t.task_id: t for t in tasks}, scale=scale,
-            sampling=SamplingParams(temperature=config.rl.temperature,
-                                    max_new_tokens=r.max_new_tokens),
-            limits=limits, run_id=f"bench-prefix-{os.getpid()}", images=images,
-            max_turns=r.max_turns, max_tokens=config.rl.max_length,
-            system_prompt=config.agent.system_prompt, seed=1234)
+            episode=EpisodeSettings(max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,
+                                    temperature=config.rl.temperature,
+                                    max_tokens=config.rl.max_length,
+                                    system_prompt=config.agent.system_prompt),
+            limits=limits, run_id=f"bench-prefix-{os.getpid()}", images=images, seed=1234)
         scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
         t0 = time.perf_counter()
         step = scheduler.collect(requests, len(requests), oversample=1.0)

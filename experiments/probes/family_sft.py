@@ -39,6 +39,7 @@ from t1jax.rollout.chat import render_prefix  # noqa: E402
 from t1jax.rollout.engine import SamplingParams  # noqa: E402
 from t1jax.rollout.jax_engine import JaxEngine  # noqa: E402
 from t1jax.rollout.sample import load_samples, save_samples  # noqa: E402
+from t1jax.rollout.settings import EpisodeSettings  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
 from t1jax.rollout.trial import run_trial  # noqa: E402
 from t1jax.sandbox.base import Limits  # noqa: E402
@@ -181,9 +182,9 @@ def main():
     else:
         samples, skipped = oracle_data.oracle_samples(
             train, backend, tok, scale, num_layers=cfg.num_hidden_layers,
-            top_k=cfg.num_experts_per_tok, workers=args.workers, max_len=args.max_len,
-            images=images, run_id="probe-sft-oracle", final_answer=families.FINAL_ANSWER,
-            system_prompt=args.system_prompt)
+            top_k=cfg.num_experts_per_tok, workers=args.workers,
+            episode=EpisodeSettings(max_tokens=args.max_len, system_prompt=args.system_prompt),
+            images=images, run_id="probe-sft-oracle", final_answer=families.FINAL_ANSWER)
         save_samples(samples, cache)
     oracle_s = time.monotonic() - t0
     lens = [len(s.tokens) for s in samples]

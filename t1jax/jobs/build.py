@@ -299,6 +299,31 @@ def rollout_seed(config, stage: str) -> int:
     return derived_seed(config.seed, f"rollouts/{stage}") if seed < 0 else int(seed)
 
 
+def episode_settings(config, *, temperature: float, max_tokens: int, max_positions: int,
+                     system_prompt: str | None = None, top_p: float = 1.0,
+                     timeout_s: float | None = None):
+    """The job's one EpisodeSettings (t1jax/rollout/settings.py) from config.rollouts (turns,
+    reply length, tool format, TITO, context policy), config.sandbox (command timeout,
+    observation cap) and config.verifier. The sampling temperature and the trial's token
+    budget are the caller's: training samples at rl.temperature within rollouts.trial_tokens,
+    an evaluation at its own temperature within one row. max_positions: the model's, which a
+    context policy's chunks must fit. A context setting that cannot work is a UsageError."""
+    from t1jax.rollout import context
+    from t1jax.rollout.settings import EpisodeSettings
+    r = config.rollouts
+    try:
+        policy = context.from_config(r, max_positions, config.rl.max_length)
+        return EpisodeSettings(
+            max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, temperature=temperature,
+            top_p=top_p, max_tokens=max_tokens, timeout_s=timeout_s,
+            command_timeout_s=config.sandbox.command_timeout_s,
+            max_observation_bytes=config.sandbox.max_output_bytes, system_prompt=system_prompt,
+            tool_format=tool_format(config), tito=r.get("tito", True), context=policy,
+            verifier_mode=config.verifier.mode, verifier_where=config.verifier.where)
+    except ValueError as err:
+        raise UsageError(f"config.rollouts: {err}") from err
+
+
 def fleet_client(rollouts, model_cfg):
     """A FleetClient over the comma-separated rollouts.fleet_urls (generating through
     rollouts.fleet_router if one is given), reading routes by the model's own config, with
@@ -314,9 +339,7 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
                   system_prompt: str | None = None, stage: str = "ppo"):
     """Rollouts of the stack's tasks by the trainer's policy (config.rollouts, config.sandbox,
     config.rl), sampled with rollout_seed(config, stage)."""
-    from t1jax.rollout import context
     from t1jax.rollout.batching import embedded_engine
-    from t1jax.rollout.engine import SamplingParams
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
     from t1jax.rollout.sglang import FleetEngine
     from t1jax.rollout.source import LiveRollouts
@@ -355,26 +378,20 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
         publish = publish_to_fleet
     else:
         raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
-    sampling = SamplingParams(temperature=config.rl.temperature, max_new_tokens=r.max_new_tokens)
     trial_tokens = r.get("trial_tokens", 0) or config.rl.max_length
     if trial_tokens > config.rl.max_length and r.compaction == "none":
         raise UsageError(f"config.rollouts.trial_tokens={trial_tokens} is more than one training "
                          f"row (rl.max_length={config.rl.max_length}): it needs a compaction "
                          "policy (config.rollouts.compaction), whose chunks each fit a row")
+    episode = episode_settings(config, temperature=config.rl.temperature, max_tokens=trial_tokens,
+                               max_positions=trainer.cfg.max_position_embeddings,
+                               system_prompt=system_prompt)
     tasks = stack.tasks
     trial = episode_trial(stack.backend, engine, stack.tokenizer, {t.task_id: t for t in tasks},
-                          scale=stack.scale, sampling=sampling, limits=stack.limits,
+                          scale=stack.scale, episode=episode, limits=stack.limits,
                           run_id=f"train-{workdir.name}" + (f"-p{processes[0]}"
                                                              if processes[1] > 1 else ""),
-                          verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
-                          max_turns=r.max_turns, max_tokens=trial_tokens,
-                          command_timeout_s=config.sandbox.command_timeout_s,
-                          max_observation_bytes=config.sandbox.max_output_bytes,
-                          tito=r.tito,
-                          seed=rollout_seed(config, stage), tool_format=tool_format(config),
-                          context=context.from_config(r, trainer.cfg.max_position_embeddings,
-                                                      config.rl.max_length),
-                          **({} if system_prompt is None else {"system_prompt": system_prompt}))
+                          seed=rollout_seed(config, stage))
     scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
                         batch_size=r.batch_size, oversample=r.oversample,

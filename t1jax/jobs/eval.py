@@ -87,7 +87,7 @@ def run(config, workdir: Path) -> int:
 
     from t1jax.rollout.eval_summary import skipped_note
     from t1jax.rollout.evaluate import evaluate
-    from t1jax.rollout.engine import SamplingParams, derived_seed
+    from t1jax.rollout.engine import derived_seed
 
     pool_dir = build.task_folder(config)
     tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
@@ -125,8 +125,18 @@ def run(config, workdir: Path) -> int:
     if recorded is not None:  # a trained policy: scored on its run's scale, not these tasks'
         stack = dataclasses.replace(stack, scale=recorded)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
-                              max_new_tokens=r.max_new_tokens)
+    from t1jax.rollout import chat
+    from t1jax.rollout.settings import EpisodeSettings
+    episode = EpisodeSettings(
+        max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, temperature=config.temperature,
+        top_p=config.top_p, max_tokens=trial_tokens, timeout_s=config.timeout_s or None,
+        command_timeout_s=config.sandbox.command_timeout_s,
+        max_observation_bytes=config.sandbox.max_output_bytes,
+        system_prompt=config.system_prompt or None, context=context,
+        tool_format=chat.resolve_tool_format(r.get("tool_format", ""),
+                                             config.policy.get("hf_path", ""),
+                                             os.path.dirname(r.tokenizer)),
+        verifier_mode=config.verifier.mode, verifier_where=config.verifier.where)
     seed = r.get("sampling_seed", -1)
     seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)
     with job_progress() as progress:
@@ -142,23 +152,13 @@ def run(config, workdir: Path) -> int:
             solved[0] += what.endswith(": resolved")
             progress.update(trials, advance=1, info=f"resolved {solved[0]}")
 
-        from t1jax.rollout import chat
         try:
             summary = evaluate(
-                tasks, engine, tok, stack.backend, label=label, attempts=config.attempts,
-                harness=config.harness, sampling=sampling, limits=stack.limits,
-                scale=stack.scale,
-                out_dir=workdir, concurrency=config.sandbox.concurrency,
-                max_turns=r.max_turns, max_tokens=trial_tokens,
-                timeout_s=config.timeout_s or None,
-                command_timeout_s=config.sandbox.command_timeout_s,
-                max_observation_bytes=config.sandbox.max_output_bytes,
-                system_prompt=config.system_prompt or None, verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
+                tasks, engine, tok, stack.backend, episode=episode, label=label,
+                attempts=config.attempts, harness=config.harness, limits=stack.limits,
+                scale=stack.scale, out_dir=workdir, concurrency=config.sandbox.concurrency,
                 allow_network=config.sandbox.allow_network,
-                internet_tasks=config.internet_tasks, run_id=run_id, context=context,
-                seed=seed, progress=tick, tool_format=chat.resolve_tool_format(
-                    r.get("tool_format", ""), config.policy.get("hf_path", ""),
-                    os.path.dirname(r.tokenizer)))
+                internet_tasks=config.internet_tasks, run_id=run_id, seed=seed, progress=tick)
         finally:
             stack.backend.reap(run_id)  # whatever an interrupt left running
         # skipped tasks never get a trial: fill the bar so it ends complete

@@ -319,6 +319,21 @@ class Recipe:
         """config.agent.system_prompt; "" = the agent harness's own."""
         return self.config.agent.system_prompt or None
 
+    def oracle_episode(self):
+        """What the teacher's SFT episodes take of the run's EpisodeSettings (its prompt, tool
+        format, row budget and verifier; the teacher plays greedily, its own turns)."""
+        from t1jax.model.config import model_config_from
+        return self.episode(temperature=0.0, max_positions=model_config_from(
+            self.config.model).max_position_embeddings)
+
+    def episode(self, *, temperature: float, max_positions: int):
+        """The run's EpisodeSettings (build.episode_settings) with its system prompt, within
+        one training row (rl.max_length): what its evaluations and oracle episodes play."""
+        return build.episode_settings(self.config, temperature=temperature,
+                                      max_tokens=self.config.rl.max_length,
+                                      max_positions=max_positions,
+                                      system_prompt=self.system_prompt())
+
     def model(self):
         """A CausalLM to evaluate, at config.seed's initialisation: whole on one device for
         the embedded engine, which generates from it; over the training mesh for a fleet,
@@ -529,10 +544,7 @@ class Recipe:
                 s.tasks, s.backend, s.tokenizer, s.scale,
                 num_layers=trainer_cfg.num_hidden_layers,
                 top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
-                limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
-                verifier_mode=self.config.verifier.mode,
-                verifier_where=self.config.verifier.where,
-                tool_format=build.tool_format(self.config), system_prompt=self.system_prompt(),
+                limits=s.limits, images=self.images, episode=self.oracle_episode(),
                 **({} if outside_pool(self.config) else
                    {"final_answer": families.FINAL_ANSWER}),
                 progress=killing_progress(count_bar(self.bars, "SFT data: oracle episodes",
@@ -570,11 +582,8 @@ class Recipe:
         slips, missed = oracle_samples(
             tasks, s.backend, s.tokenizer, s.scale, num_layers=cfg.num_hidden_layers,
             top_k=cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
-            limits=s.limits, max_len=self.config.rl.max_length, images=self.images,
-            final_answer=families.FINAL_ANSWER, system_prompt=self.system_prompt(),
-            verifier_mode=self.config.verifier.mode,
-            verifier_where=self.config.verifier.where, tool_format=build.tool_format(self.config),
-            commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
+            limits=s.limits, images=self.images, episode=self.oracle_episode(),
+            final_answer=families.FINAL_ANSWER, commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
             want_solved=False, source="slip", attempt=1,
             progress=killing_progress(count_bar(self.bars, "SFT data: teacher slips",
                                                 len(tasks)), "sft_data", "episode"))
@@ -742,8 +751,6 @@ class Recipe:
 
     def _play_evaluation(self, label: str, split: str, engine, out: Path,
                          max_positions: int) -> dict:
-        from t1jax.rollout import context
-        from t1jax.rollout.engine import SamplingParams
         from t1jax.rollout.evaluate import evaluate
         s = self.stack()
         tasks = self.split("heldout") if split == "test" else self.split("validation")
@@ -751,19 +758,14 @@ class Recipe:
         c = self.config
         me, processes = distributed.process_index(), distributed.process_count()
         played = len(range(me, len(tasks) * c.eval.attempts, processes))  # this one's share
+        # the policy as evaluated: at eval.temperature within one row, TITO whatever a training
+        # ablation (rollouts.tito=False) does to its rollouts
+        episode = self.episode(temperature=c.eval.temperature, max_positions=max_positions)
         return evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
-                        attempts=c.eval.attempts, harness="tools", limits=s.limits,
-                        scale=s.scale, out_dir=out,
-                        sampling=SamplingParams(temperature=c.eval.temperature,
-                                                max_new_tokens=c.rollouts.max_new_tokens),
-                        concurrency=c.sandbox.concurrency, max_turns=c.rollouts.max_turns,
-                        max_tokens=c.rl.max_length, system_prompt=self.system_prompt(),
-                        verifier_mode=c.verifier.mode, verifier_where=c.verifier.where,
-                        tool_format=build.tool_format(c),
-                        command_timeout_s=c.sandbox.command_timeout_s,
-                        max_observation_bytes=c.sandbox.max_output_bytes,
-                        images=self.images, seed=self.eval_seed(),
-                        context=context.from_config(c.rollouts, max_positions, c.rl.max_length),
+                        episode=episode.replace(tito=True), attempts=c.eval.attempts,
+                        harness="tools", limits=s.limits, scale=s.scale, out_dir=out,
+                        concurrency=c.sandbox.concurrency, images=self.images,
+                        seed=self.eval_seed(),
                         progress=killing_progress(
                             count_bar(self.bars, f"eval {name}: trials", played, ("trial",)),
                             f"eval_{name}", "trial", kind="trial"),

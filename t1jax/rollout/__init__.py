@@ -27,6 +27,8 @@ sample.py: `Sample`, a finished, verified rollout as the trainer consumes it, it
   sets on disk: where rollouts and training meet.
 scheduler.py: oversampled rollout steps whose unfinished trials carry over to the next step
   rather than being dropped.
+settings.py: `EpisodeSettings`, how one episode plays and is verified, built once from a config
+  and handed down whole to training rollouts, evaluations and the oracle's SFT episodes.
 server.py: a JaxEngine behind SGLang's native HTTP API, so the fleet client and the trainer
   treat it and SGLang alike.
 sglang.py: a client for a fleet of SGLang-API servers returning `GenerateResult`s; a failed

@@ -28,11 +28,12 @@ from typing import Any, Callable
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.agent import SYSTEM_PROMPT as TOOLS_SYSTEM_PROMPT
 from t1jax.rollout.batching import BatchingEngine
-from t1jax.rollout.engine import SamplingParams, SeededCalls
+from t1jax.rollout.engine import SeededCalls
 from t1jax.rollout.eval_summary import (failure_mode, goal_fraction, summarize,
                                         summary_markdown, table_cell)
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import make_sample
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.terminus import SYSTEM_PROMPT as TERMINUS_SYSTEM_PROMPT
 from t1jax.rollout.terminus_agent import run_terminus_episode
 from t1jax.rollout.trial import run_trial
@@ -121,17 +122,13 @@ def sample_name(task_id: str, attempt: int) -> str:
 
 INFRA_ATTEMPTS = 3  # tries of a trial whose engine, sandbox or verifier failed
 
-def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts: int = 3,
-             harness: str = "tools", sampling: SamplingParams | None = None,
-             limits: Limits = Limits(), scale=None, out_dir, concurrency: int = 4,
-             max_turns: int = 300, max_tokens: int | None = None,
-             timeout_s: float | None = None, command_timeout_s: float | None = None,
-             max_observation_bytes: int | None = None, system_prompt: str | None = None,
-             verifier_mode: str = "script", verifier_where: str = "agent",
-             allow_network: bool = False, internet_tasks: str = "skip", run_id: str | None = None,
-             images: dict | None = None, save_samples: bool = True, context=None,
+def evaluate(tasks, engine, tokenizer, backend, *, out_dir,
+             episode: EpisodeSettings = EpisodeSettings(), label: str = "eval",
+             attempts: int = 3, harness: str = "tools", limits: Limits = Limits(), scale=None,
+             concurrency: int = 4, allow_network: bool = False, internet_tasks: str = "skip",
+             run_id: str | None = None, images: dict | None = None, save_samples: bool = True,
              seed: int | None = None, progress: Callable[[str, str], Any] | None = None,
-             tool_format: str = "qwen3_json", share: tuple[int, int] = (0, 1),
+             share: tuple[int, int] = (0, 1),
              gather: Callable[[list], list[list]] | None = None) -> dict | None:
     """Run `attempts` trials of every task (fresh sandbox each), verify, write trials.jsonl,
     summary.json, summary.md and samples/*.npz to out_dir; return the summary.
@@ -139,10 +136,10 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     engine: an Engine shared by all trials (it must take concurrent generate calls; an embedded
     JaxEngine is wrapped in a BatchingEngine so concurrent trials decode together), or a
     callable (task, attempt) -> Engine.
-    sampling: per-turn SamplingParams (max_new_tokens, temperature). max_tokens: the context
-    budget (default the engine's max_len); timeout_s: per-trial wall clock (default the task's
-    [agent] timeout_sec); command_timeout_s / max_observation_bytes default to `limits`.
-    system_prompt: default the harness's own. internet_tasks: "skip" tasks whose allow_internet
+    episode: how each episode plays and is verified (turns, sampling, budgets, prompt, tool
+    format, context, verifier), the job's one EpisodeSettings; its command timeout and
+    observation cap default to `limits`, its system prompt to the harness's own.
+    internet_tasks: "skip" tasks whose allow_internet
     the sandbox cannot honour (allow_network False), or "run" them offline anyway.
     images: task_id -> built image, reused and filled in (periodic evaluations build once).
     seed: None draws fresh sampling seeds; an int gives each trial's i-th turn
@@ -170,22 +167,13 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
     ids = [t.task_id for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError(f"duplicate task ids: {sorted({i for i in ids if ids.count(i) > 1})}")
-    sampling = sampling or SamplingParams(temperature=1.0, max_new_tokens=4096)
     scale = scale or pool_scale(tasks)
     run_id = run_id or f"eval-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
     images = images if images is not None else {}
-    episode = run_agent_episode if harness == "tools" else run_terminus_episode
+    play_episode = run_agent_episode if harness == "tools" else run_terminus_episode
     if type(engine).__name__ == "JaxEngine":  # one generate call at a time: batch the trials
         engine = BatchingEngine(engine)
-    episode_kwargs = dict(
-        max_turns=max_turns, max_tokens=max_tokens,
-        command_timeout_s=float(command_timeout_s or limits.default_timeout_s),
-        max_observation_bytes=int(max_observation_bytes or limits.max_output_bytes),
-        system_prompt=system_prompt or SYSTEM_PROMPTS[harness])
-    if context is not None:  # a t1jax.rollout.context.ContextPolicy (either harness)
-        episode_kwargs["context"] = context
-    if harness == "tools":  # Terminus-2 writes its own JSON commands, not tool calls
-        episode_kwargs["tool_format"] = tool_format
+    episode_kwargs = episode.episode_kwargs(harness, limits, SYSTEM_PROMPTS[harness])
 
     pairs = [(t, a) for t in tasks for a in range(attempts)][share[0]::share[1]]
     mine = {t.task_id for t, _ in pairs}
@@ -217,13 +205,13 @@ def evaluate(tasks, engine, tokenizer, backend, *, label: str = "eval", attempts
             def play(sandbox):
                 nonlocal box
                 box = _CapturingSandbox(sandbox)
-                return episode(task, inner, tokenizer, box, sampling=sampling,
-                               timeout_s=timeout_s, **episode_kwargs)
+                return play_episode(task, inner, tokenizer, box, **episode_kwargs)
 
             # an agent failure is graded too: the sandbox is as it left it
             outcome = run_trial(task, backend, play, image=images[task.task_id], limits=limits,
-                                run_id=run_id, scale=scale, verifier_mode=verifier_mode,
-                                verifier_where=verifier_where,
+                                run_id=run_id, scale=scale,
+                                verifier_mode=episode.verifier_mode,
+                                verifier_where=episode.verifier_where,
                                 allow_network=allow_network)
             traj, report, err = outcome.played, outcome.report, outcome.play_error
             if isinstance(err, RolloutError):  # the policy's own: over its token budget

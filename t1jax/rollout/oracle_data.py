@@ -25,6 +25,7 @@ from t1jax.rollout.chat import IM_END, parse_tool_calls, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import Sample, make_sample
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.trial import run_trial
 from t1jax.sandbox.base import Limits
 
@@ -275,18 +276,18 @@ class _Unfinished(Exception):
 
 
 def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: int,
-                   workers: int = 2, limits: Limits = Limits(), verifier_mode: str = "script",
-                   verifier_where: str = "agent", max_len: int = 32768, attempt: int = 0, run_id: str | None = None,
+                   episode: EpisodeSettings = EpisodeSettings(), workers: int = 2,
+                   limits: Limits = Limits(), attempt: int = 0, run_id: str | None = None,
                    images: dict | None = None, final_answer: str = FINAL_ANSWER,
-                   system_prompt: str | None = None, tool_format: str = "qwen3_json",
                    progress=None, commands_of=oracle_commands, want_solved: bool = True,
                    source: str = "oracle") -> tuple[list[Sample], list[tuple[str, str]]]:
     """Play every task's reference solution through the agent loop in a fresh sandbox, verify
     it, and keep the solved episodes as Samples (task order). `skipped` lists (task_id, reason)
     for the rest: no or unsplittable solution, build failure, rollout error, verifier failure,
-    or unresolved. images: task_id -> built image, reused and filled in. system_prompt: the
-    one the policy's own rollouts will use (default: the agent's); tool_format: the form its
-    calls take (chat.TOOL_FORMATS), the policy's own.
+    or unresolved. images: task_id -> built image, reused and filled in. episode: the policy's
+    own EpisodeSettings, whose system prompt (default: the agent's), tool format, token budget
+    (max_tokens, default 32768) and verifier the teacher's episodes take; the teacher decides
+    its turns (one per command, then the answer), greedily, with the task's own timeout.
 
     commands_of(task) -> (commands, whole-script reasons) replaces the reference solution with
     another teacher's; want_solved=False keeps only the episodes the verifier says are *not*
@@ -296,7 +297,9 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
     run_id = run_id or f"sft-oracle-{uuid.uuid4().hex[:8]}"
     images = images if images is not None else {}
     build_lock = threading.Lock()
+    max_len = episode.max_tokens or 32768
     sampling = SamplingParams(temperature=0.0, max_new_tokens=max_len)
+    tool_format, system_prompt = episode.tool_format, episode.system_prompt
 
     def one(task) -> tuple[Sample | None, str | None]:
         tid = task.task_id
@@ -326,9 +329,8 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
             return traj
 
         outcome = run_trial(task, backend, play, image=images[tid], limits=limits,
-                            run_id=run_id, scale=scale, verifier_mode=verifier_mode,
-                            verifier_where=verifier_where,
-                            grade_failed_play=False)
+                            run_id=run_id, scale=scale, verifier_mode=episode.verifier_mode,
+                            verifier_where=episode.verifier_where, grade_failed_play=False)
         if isinstance(outcome.play_error, _Unfinished):
             return None, str(outcome.play_error)
         if outcome.play_error is not None:

@@ -26,10 +26,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from t1jax.rollout.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.engine import call_seed, generate_in_session
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import make_sample
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.trial import run_trial, start_sandbox
 from t1jax.sandbox.base import Limits
 
@@ -315,22 +317,24 @@ class _LoggedSandbox:
         return getattr(self.state.sandbox, name)
 
 
-def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
-                  limits: Limits = Limits(), run_id: str = "adhoc", images: dict | None = None,
-                  verifier_mode: str = "script", verifier_where: str = "agent",
-                  seed: int | None = None, **episode_kwargs) -> TrialFn:
+def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale,
+                  episode: EpisodeSettings = EpisodeSettings(), limits: Limits = Limits(),
+                  run_id: str = "adhoc", images: dict | None = None,
+                  seed: int | None = None) -> TrialFn:
     """The real trial: agent episode in a task sandbox, verification, Sample.
 
     seed: None draws every call's sampling seed afresh; an int makes the run's rollouts
     repeatable (call_seed per trial and call).
 
     engine: an Engine shared by all trials (it must accept concurrent generate calls), or a
-    callable request -> Engine. episode_kwargs go to run_agent_episode (max_turns, timeout_s,
-    max_tokens, tito, ...). A stopped episode keeps its sandbox open in its EpisodeState; the
-    scheduler closes it if the trial is dropped."""
+    callable request -> Engine. episode: how each episode plays and is verified (the job's one
+    EpisodeSettings; its timeout_s is the trial's wall clock over every step it runs in). A
+    stopped episode keeps its sandbox open in its EpisodeState; the scheduler closes it if the
+    trial is dropped."""
     images = dict(images or {})
     build_lock = threading.Lock()
-    timeout_s = episode_kwargs.pop("timeout_s", None)
+    episode_kwargs = episode.episode_kwargs("tools", limits, AGENT_SYSTEM_PROMPT)
+    timeout_s = episode_kwargs.pop("timeout_s")
 
     def image_for(task) -> str:
         with build_lock:
@@ -352,13 +356,13 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale, sampling,
 
         def play(sandbox):
             return run_agent_episode(task, logged, tokenizer, _LoggedSandbox(state),
-                                     sampling=sampling,
                                      timeout_s=max(state.time_left_s, 0.0), **episode_kwargs)
 
         try:
             outcome = run_trial(task, backend, play, sandbox=state.sandbox, limits=limits,
-                                run_id=run_id, scale=scale, verifier_mode=verifier_mode,
-                                verifier_where=verifier_where,
+                                run_id=run_id, scale=scale,
+                                verifier_mode=episode.verifier_mode,
+                                verifier_where=episode.verifier_where,
                                 grade_failed_play=False, keep_open_on=(TrialStopped,))
         except TrialStopped:  # the sandbox stays open: the next step resumes the episode
             state.time_left_s -= time.monotonic() - t0

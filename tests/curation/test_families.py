@@ -158,6 +158,7 @@ def test_teacher_slips_are_clean_misses_in_docker(pool, docker_backend):
     goal with a clean verifier run, so oracle_samples(want_solved=False) keeps it as SFT data
     tagged `slip`; the reference, which solves, is not kept under that rule."""
     from t1jax.rollout.oracle_data import oracle_commands, oracle_samples
+    from t1jax.rollout.settings import EpisodeSettings
     out, plan = pool
     tasks = [load_task(out / "train" / next(t for t in plan["train"]
                                             if plan["instances"][t][0] == family))
@@ -170,7 +171,8 @@ def test_teacher_slips_are_clean_misses_in_docker(pool, docker_backend):
         assert slip_of[t.task_id].split()[0] in ("echo", "mkdir", "cp", "wc", "cat")
     run_id = f"test-slips-{uuid.uuid4().hex[:6]}"
     common = dict(num_layers=1, top_k=1, workers=3, run_id=run_id, want_solved=False,
-                  final_answer=families.FINAL_ANSWER, system_prompt=families.SYSTEM_PROMPT)
+                  final_answer=families.FINAL_ANSWER,
+                  episode=EpisodeSettings(system_prompt=families.SYSTEM_PROMPT))
     images: dict = {}
     try:
         slips, missed = oracle_samples(tasks, docker_backend, tok, pool_scale(tasks),

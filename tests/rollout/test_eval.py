@@ -27,6 +27,7 @@ from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.oracle_data import FINAL_ANSWER, oracle_commands
 from t1jax.rollout.sample import Sample
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
 
@@ -149,10 +150,9 @@ def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
     engine = KeyedEngine(tok, scripts)
     out = tmp_path / "eval"
     summary = evaluate(tasks, engine, tok, docker_backend, label="oracle-test", attempts=2,
-                       harness="tools", sampling=SamplingParams(temperature=0.0,
-                                                                max_new_tokens=2048),
-                       scale=GlobalScale(5, "test"), out_dir=out, concurrency=2, max_turns=20,
-                       timeout_s=300.0)
+                       harness="tools", episode=EpisodeSettings(
+                           temperature=0.0, max_new_tokens=2048, max_turns=20, timeout_s=300.0),
+                       scale=GlobalScale(5, "test"), out_dir=out, concurrency=2)
 
     rows = read_trials(out / "trials.jsonl")
     assert summary == json.loads((out / "summary.json").read_text())
@@ -241,10 +241,9 @@ def test_evaluate_terminus_harness(docker_backend, tok, tmp_path):
     task = load_task(SEED / "count-log-errors")
     engine = KeyedEngine(tok, {task.instruction: [SOLVE]}, harness="terminus")
     summary = evaluate([task], engine, tok, docker_backend, label="terminus-test", attempts=1,
-                       harness="terminus", sampling=SamplingParams(temperature=0.0,
-                                                                   max_new_tokens=2048),
-                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1,
-                       max_turns=10, timeout_s=300.0)
+                       harness="terminus", episode=EpisodeSettings(
+                           temperature=0.0, max_new_tokens=2048, max_turns=10, timeout_s=300.0),
+                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1)
     (row,) = read_trials(tmp_path / "trials.jsonl")
     assert summary["harness"] == "terminus" and summary["resolved_rate"] == 1.0
     assert row["harness"] == "terminus" and row["failure_mode"] == "resolved"
@@ -389,9 +388,9 @@ def test_a_seeded_evaluation_repeats_itself(docker_backend, tok, tmp_path):
 
     def run(seed, name):
         evaluate(tasks, engine, tok, docker_backend, label=name, attempts=2, seed=seed,
-                 sampling=SamplingParams(temperature=1.0, max_new_tokens=12),
-                 scale=GlobalScale(5, "test"), out_dir=tmp_path / name, concurrency=4,
-                 max_turns=2, max_tokens=1024, system_prompt="Use bash.")
+                 episode=EpisodeSettings(temperature=1.0, max_new_tokens=12, max_turns=2,
+                                         max_tokens=1024, system_prompt="Use bash."),
+                 scale=GlobalScale(5, "test"), out_dir=tmp_path / name, concurrency=4)
         rows = read_trials(tmp_path / name / "trials.jsonl")
         return [(r["task_id"], r["attempt"], r["segments"], r.get("commands"), r.get("reward"))
                 for r in rows]
@@ -431,9 +430,9 @@ def test_a_trial_whose_sandbox_vanished_is_played_again(docker_backend, tok, tmp
     engine = KeyedEngine(tok, {task.instruction: oracle_commands(task)[0]})
     summary = evaluate([task], engine, tok, VanishingBackend(docker_backend, vanish),
                        label="vanish", attempts=1, harness="tools",
-                       sampling=SamplingParams(temperature=0.0, max_new_tokens=2048),
-                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1,
-                       max_turns=20, timeout_s=300.0)
+                       episode=EpisodeSettings(temperature=0.0, max_new_tokens=2048,
+                                               max_turns=20, timeout_s=300.0),
+                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1)
     [row] = read_trials(tmp_path / "trials.jsonl")
     failures = min(vanish, INFRA_ATTEMPTS)
     assert len(row["infra_failures"]) == failures, row["infra_failures"]
@@ -456,9 +455,9 @@ def test_a_prompt_over_the_agents_budget_is_a_named_outcome(docker_backend, tok,
     task = load_task(SEED / ORACLE_TASKS[0])
     engine = KeyedEngine(tok, {task.instruction: oracle_commands(task)[0]})
     summary = evaluate([task], engine, tok, docker_backend, label="short", attempts=1,
-                       harness="tools", sampling=SamplingParams(max_new_tokens=64),
-                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1,
-                       max_turns=2, max_tokens=64, timeout_s=60.0)
+                       harness="tools", episode=EpisodeSettings(
+                           max_new_tokens=64, max_turns=2, max_tokens=64, timeout_s=60.0),
+                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1)
     [row] = read_trials(tmp_path / "trials.jsonl")
     assert row["failure_mode"] == "prompt_over_budget" and row["finish"] == "prompt", row
     assert summary["failure_modes"]["prompt_over_budget"] == 1 and summary["trials"] == 1

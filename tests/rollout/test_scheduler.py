@@ -18,6 +18,7 @@ import pytest
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.chat import IM_END, render_tool_call
 from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.scheduler import (DONE, STOPPED, EpisodeState, RolloutScheduler, TrialRequest,
                                      TrialResult, TrialStopped, episode_trial)
 from t1jax.rollout.tokenizer import train_tokenizer
@@ -261,7 +262,7 @@ def test_episode_trial_batch_two_of_three_carries_the_straggler(docker_backend):
 
     trial = episode_trial(docker_backend, engine_for, tok, {task.task_id: task},
                           scale=GlobalScale(5, "test"), run_id=run_id,
-                          sampling=SamplingParams(max_new_tokens=256), max_tokens=8192)
+                          episode=EpisodeSettings(max_new_tokens=256, max_tokens=8192))
 
     def run(req, stop):
         stops[req.attempt] = stop
@@ -332,8 +333,8 @@ def test_a_verification_outage_drops_the_trial_and_a_broken_one_trains_as_zero(
     monkeypatch.setattr(trial_lib, "verify", verify)
     trial = episode_trial(docker_backend, lambda req: Scripted(
         tok, [render_tool_call(SOLVE), "Done."], "v0"), tok, {task.task_id: task},
-        scale=GlobalScale(5, "test"), run_id=run_id, sampling=SamplingParams(max_new_tokens=256),
-        max_tokens=8192)
+        scale=GlobalScale(5, "test"), run_id=run_id,
+        episode=EpisodeSettings(max_new_tokens=256, max_tokens=8192))
     source = LiveRollouts(RolloutScheduler(trial, max_concurrency=1), [task], EpochSampler(1, 0),
                           engine=None, batch_size=1, oversample=2.0, carry_over=False)
     try:
