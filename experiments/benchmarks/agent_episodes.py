@@ -81,7 +81,7 @@ def episode(task, tok, backend, image, scale, run_id):
         return traj
 
     outcome = run_trial(task, backend, play, image=image, limits=Limits(), run_id=run_id,
-                        scale=scale, verifier_mode="script")
+                        scale=scale)
     if outcome.error is not None:
         raise (outcome.play_error or outcome.verify_error)
     traj, report, agent_s = outcome.played, outcome.report, agent_s[0]

@@ -23,6 +23,7 @@ from t1jax.sandbox.base import Limits, SandboxError  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
 from t1jax.curation.validate import run_episode  # noqa: E402
 from t1jax.verify.reward import pool_scale  # noqa: E402
+from t1jax.verify.verifier import VerifierSettings  # noqa: E402
 
 
 def main() -> None:
@@ -82,7 +83,7 @@ def main() -> None:
             with ThreadPoolExecutor(max_workers=level) as pool:
                 results = list(pool.map(lambda task: run_episode(
                     task, "oracle", backend, images[task.task_id], scale, limits=Limits(),
-                    verifier_mode="script", run_id="bench", verifier_where=where), jobs))
+                    verifier=VerifierSettings(where=where), run_id="bench"), jobs))
             wall = time.perf_counter() - t
             rate = len(jobs) / wall * 60
             base_rate = base_rate or rate

@@ -22,6 +22,7 @@ from t1jax.curation.audit_static import (check_coverage, file_texts, instruction
 from t1jax.curation.llm import chat
 from t1jax.curation.validate import run_episode
 from t1jax.verify.reward import INVARIANT, pool_scale, static_assertion_count
+from t1jax.verify.verifier import VerifierSettings
 
 WEIGHTS = {"verifier": 0.45, "solution": 0.25, "instruction": 0.20, "value": 0.10}
 DIMENSIONS = {"verifier": ("strength", "granularity", "shortcut_resistance"),
@@ -116,8 +117,7 @@ def _probe(name, task, backend, image, scale, opts):
             scan_image if name == "nothing" else None
         probe = _ProbeBackend(backend, prepare)
         result = run_episode(task, "oracle" if name == "oracle" else "nothing", probe, image,
-                             scale, limits=opts["limits"], verifier_mode=opts["verifier_mode"],
-                             verifier_where=opts["verifier_where"],
+                             scale, limits=opts["limits"], verifier=opts["verifier"],
                              run_id=opts["run_id"], allow_network=opts["allow_network"])
         return result, probe.seen or [], probe.prepared
     except Exception as err:
@@ -211,14 +211,13 @@ def score_task(task, runs: dict) -> AuditReport:
 
 
 def audit_pool(tasks, backend, *, concurrency: int = 4, progress=None, judge=None,
-               run_id: str = "adhoc", limits: Limits = Limits(), verifier_mode: str = "script",
-               scale=None, allow_network: bool = False,
-               verifier_where: str = "agent") -> list[AuditReport]:
+               run_id: str = "adhoc", limits: Limits = Limits(),
+               verifier: VerifierSettings = VerifierSettings(), scale=None,
+               allow_network: bool = False) -> list[AuditReport]:
     """Build every image, run all probes in parallel sandboxes, score; best first, rejected
     last. `judge(task) -> {dim: score}` (e.g. a partial of llm_judge) is optional."""
-    opts = dict(limits=limits, verifier_mode=verifier_mode, verifier_where=verifier_where,
-                run_id=run_id,
-                allow_network=allow_network, judge=judge)
+    opts = dict(limits=limits, verifier=verifier, run_id=run_id, allow_network=allow_network,
+                judge=judge)
     scale = scale or pool_scale(tasks)
     images, runs = {}, {t.task_id: {} for t in tasks}
     for task in tasks:  # builds are CPU-bound: one at a time

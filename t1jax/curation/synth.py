@@ -26,6 +26,7 @@ from t1jax.curation.synth_operators import (LLMConfig, Operator, Output, Parent,
 from t1jax.tasks.task import TaskFormatError, load_task
 from t1jax.curation.validate import run_agent
 from t1jax.verify.reward import INVARIANT, GlobalScale, static_assertion_count
+from t1jax.verify.verifier import VerifierSettings
 
 WORKDIR = "/app"
 _NOT_OUTPUT = re.compile(r"(^|/)(__pycache__|\.git|\.pytest_cache|\.mypy_cache|site-packages|"
@@ -217,10 +218,10 @@ def judge(new: set[str], oracle, nothing, parent_run) -> str | None:
 class Synthesizer:
     """The sandbox work: parents' outputs, and the three validation runs of each candidate."""
 
-    def __init__(self, backend, *, concurrency=4, limits=Limits(), verifier_mode="script",
-                 run_id="synth", allow_network=False, verifier_where="agent"):
-        self.backend, self.limits, self.mode = backend, limits, verifier_mode
-        self.where = verifier_where
+    def __init__(self, backend, *, concurrency=4, limits=Limits(),
+                 verifier: VerifierSettings = VerifierSettings(), run_id="synth",
+                 allow_network=False):
+        self.backend, self.limits, self.verifier = backend, limits, verifier
         self.run_id, self.allow_network = run_id, allow_network
         self.pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
 
@@ -240,8 +241,8 @@ class Synthesizer:
             return None, (), f"{type(err).__name__}: {err}"
         scale = GlobalScale(max(static_assertion_count(task), 1), "synthesis") if check else None
         outcome = run_trial(task, self.backend, play, image=image, limits=self.limits,
-                            run_id=self.run_id, scale=scale, verifier_mode=self.mode,
-                            verifier_where=self.where, allow_network=self.allow_network, grade_failed_play=False,
+                            run_id=self.run_id, scale=scale, verifier=self.verifier,
+                            allow_network=self.allow_network, grade_failed_play=False,
                             catch=catch)
         if outcome.error is not None:
             return None, (), outcome.error

@@ -22,7 +22,7 @@ from t1jax.sandbox.backend import Backend
 from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.tasks.task import resolve_env
 from t1jax.verify.reward import GlobalScale, goal_assertions, pool_scale
-from t1jax.verify.verifier import VerifierReport
+from t1jax.verify.verifier import VerifierReport, VerifierSettings
 
 AGENTS = ("oracle", "nothing")
 
@@ -76,14 +76,14 @@ def run_agent(agent: str, task, sandbox):
 
 
 def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalScale, *,
-                limits: Limits, verifier_mode: str, run_id: str,
-                allow_network: bool = False, verifier_where: str = "agent") -> EpisodeResult:
-    """One trial: fresh sandbox, agent, verification (verifier_where). Never raises for a
-    task's own failure: the error is recorded on the result."""
+                limits: Limits, run_id: str, verifier: VerifierSettings = VerifierSettings(),
+                allow_network: bool = False) -> EpisodeResult:
+    """One trial: fresh sandbox, agent, verification (`verifier`: how and where). Never raises
+    for a task's own failure: the error is recorded on the result."""
     outcome = run_trial(task, backend, lambda sandbox: run_agent(agent, task, sandbox),
                         image=image, limits=limits, run_id=run_id, scale=scale,
-                        verifier_mode=verifier_mode, verifier_where=verifier_where,
-                        allow_network=allow_network, grade_failed_play=False, catch=(SandboxError, OSError, ValueError))
+                        verifier=verifier, allow_network=allow_network,
+                        grade_failed_play=False, catch=(SandboxError, OSError, ValueError))
     report = outcome.report
     error = outcome.error or (report.error if report is not None else None)
     solved = outcome.played
@@ -93,10 +93,9 @@ def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalSca
 
 
 def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 4,
-                  limits: Limits = Limits(), verifier_mode: str = "script",
+                  limits: Limits = Limits(), verifier: VerifierSettings = VerifierSettings(),
                   run_id: str = "adhoc", scale: GlobalScale | None = None,
-                  agents=AGENTS, progress=None, allow_network: bool = False,
-                  verifier_where: str = "agent") -> dict:
+                  agents=AGENTS, progress=None, allow_network: bool = False) -> dict:
     """Build every task's environment, run each agent on each task in parallel sandboxes, and
     write results.jsonl + results.md to `out_dir`. Returns the summary dict."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -116,8 +115,8 @@ def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
         futures = [pool.submit(run_episode, task, agent, backend, images[task.task_id], scale,
-                               limits=limits, verifier_mode=verifier_mode, run_id=run_id,
-                               allow_network=allow_network, verifier_where=verifier_where)
+                               limits=limits, verifier=verifier, run_id=run_id,
+                               allow_network=allow_network)
                    for task, agent in jobs]
         for future in as_completed(futures):
             results.append(future.result())

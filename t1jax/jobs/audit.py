@@ -54,7 +54,7 @@ def run(config, workdir: Path) -> int:
                 reports = audit_pool(tasks, backend, concurrency=config.sandbox.concurrency,
                                      progress=lambda kind, what: progress.advance(bars[kind]),
                                      judge=judge, run_id=run_id, limits=limits, scale=scale,
-                                     verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
+                                     verifier=build.verifier_settings(config),
                                      allow_network=config.sandbox.allow_network)
             finally:
                 build.reap_best_effort(backend, run_id)  # what an interrupt left running

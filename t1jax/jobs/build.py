@@ -299,6 +299,13 @@ def rollout_seed(config, stage: str) -> int:
     return derived_seed(config.seed, f"rollouts/{stage}") if seed < 0 else int(seed)
 
 
+def verifier_settings(config):
+    """config.verifier as the one VerifierSettings every trial of the job is verified with
+    (its choices are checked by experiments/run.py before any job starts: check_verifier)."""
+    from t1jax.verify.verifier import VerifierSettings
+    return VerifierSettings(mode=config.verifier.mode, where=config.verifier.where)
+
+
 def episode_settings(config, *, temperature: float, max_tokens: int, max_positions: int,
                      system_prompt: str | None = None, top_p: float = 1.0,
                      timeout_s: float | None = None):
@@ -319,7 +326,7 @@ def episode_settings(config, *, temperature: float, max_tokens: int, max_positio
             command_timeout_s=config.sandbox.command_timeout_s,
             max_observation_bytes=config.sandbox.max_output_bytes, system_prompt=system_prompt,
             tool_format=tool_format(config), tito=r.get("tito", True), context=policy,
-            verifier_mode=config.verifier.mode, verifier_where=config.verifier.where)
+            verifier=verifier_settings(config))
     except ValueError as err:
         raise UsageError(f"config.rollouts: {err}") from err
 

@@ -136,7 +136,7 @@ def run(config, workdir: Path) -> int:
         tool_format=chat.resolve_tool_format(r.get("tool_format", ""),
                                              config.policy.get("hf_path", ""),
                                              os.path.dirname(r.tokenizer)),
-        verifier_mode=config.verifier.mode, verifier_where=config.verifier.where)
+        verifier=build.verifier_settings(config))
     seed = r.get("sampling_seed", -1)
     seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)
     with job_progress() as progress:

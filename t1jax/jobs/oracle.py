@@ -29,7 +29,7 @@ def run(config, workdir: Path) -> int:
         try:
             summary = validate_pool(tasks, stack.backend, out_dir=workdir,
                                     concurrency=config.sandbox.concurrency,
-                                    limits=stack.limits, verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
+                                    limits=stack.limits, verifier=build.verifier_settings(config),
                                     run_id=run_id, scale=stack.scale, progress=tick,
                                     allow_network=config.sandbox.allow_network)
         finally:

@@ -509,8 +509,7 @@ class Recipe:
         summary = validate_pool(checked, stack.backend, out_dir=out, progress=bar,
                                 concurrency=self.config.sandbox.concurrency,
                                 limits=stack.limits, scale=stack.scale,
-                                verifier_mode=self.config.verifier.mode,
-                                verifier_where=self.config.verifier.where,
+                                verifier=build.verifier_settings(self.config),
                                 run_id=f"recipe-oracle-{self.workdir.name}")
         # our own generator names its invariants: a goal assertion doing nothing passes is a
         # generator bug here, though only a leak in an outside pool, whose broken tasks the

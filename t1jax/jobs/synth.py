@@ -86,7 +86,7 @@ def run(config, workdir: Path) -> int:
             report = synthesize(tasks, backend, workdir, rounds=config.rounds, seed=config.seed,
                                 operators=names, per_round_limit=config.per_round_limit, llm=llm,
                                 progress=tick, concurrency=config.sandbox.concurrency,
-                                limits=limits, verifier_mode=config.verifier.mode, verifier_where=config.verifier.where,
+                                limits=limits, verifier=build.verifier_settings(config),
                                 run_id=run_id, allow_network=config.sandbox.allow_network)
         finally:
             build.reap_best_effort(backend, run_id)  # whatever an interrupt left running

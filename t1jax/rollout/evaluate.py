@@ -209,9 +209,7 @@ def evaluate(tasks, engine, tokenizer, backend, *, out_dir,
 
             # an agent failure is graded too: the sandbox is as it left it
             outcome = run_trial(task, backend, play, image=images[task.task_id], limits=limits,
-                                run_id=run_id, scale=scale,
-                                verifier_mode=episode.verifier_mode,
-                                verifier_where=episode.verifier_where,
+                                run_id=run_id, scale=scale, verifier=episode.verifier,
                                 allow_network=allow_network)
             traj, report, err = outcome.played, outcome.report, outcome.play_error
             if isinstance(err, RolloutError):  # the policy's own: over its token budget

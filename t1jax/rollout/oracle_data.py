@@ -329,8 +329,8 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
             return traj
 
         outcome = run_trial(task, backend, play, image=images[tid], limits=limits,
-                            run_id=run_id, scale=scale, verifier_mode=episode.verifier_mode,
-                            verifier_where=episode.verifier_where, grade_failed_play=False)
+                            run_id=run_id, scale=scale, verifier=episode.verifier,
+                            grade_failed_play=False)
         if isinstance(outcome.play_error, _Unfinished):
             return None, str(outcome.play_error)
         if outcome.play_error is not None:

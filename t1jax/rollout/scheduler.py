@@ -360,9 +360,7 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale,
 
         try:
             outcome = run_trial(task, backend, play, sandbox=state.sandbox, limits=limits,
-                                run_id=run_id, scale=scale,
-                                verifier_mode=episode.verifier_mode,
-                                verifier_where=episode.verifier_where,
+                                run_id=run_id, scale=scale, verifier=episode.verifier,
                                 grade_failed_play=False, keep_open_on=(TrialStopped,))
         except TrialStopped:  # the sandbox stays open: the next step resumes the episode
             state.time_left_s -= time.monotonic() - t0

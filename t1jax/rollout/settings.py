@@ -15,6 +15,7 @@ import dataclasses
 from t1jax.rollout.context import ContextPolicy
 from t1jax.rollout.engine import SamplingParams
 from t1jax.sandbox.base import Limits
+from t1jax.verify.verifier import VerifierSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +32,7 @@ class EpisodeSettings:
     tool_format: str = "qwen3_json"  # how the policy writes tool calls (chat.TOOL_FORMATS)
     tito: bool = True  # False: the text round trip (the "without TITO" ablation)
     context: ContextPolicy | None = None  # per-chunk budget and compaction; None: one chunk
-    verifier_mode: str = "script"  # verify.verifier.VERIFIER_MODES
-    verifier_where: str = "agent"  # verify.verifier.VERIFY_WHERE
+    verifier: VerifierSettings = VerifierSettings()  # how and where the tests run
 
     def __post_init__(self):
         if self.max_turns < 1 or self.max_new_tokens < 1:

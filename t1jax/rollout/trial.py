@@ -18,7 +18,7 @@ from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import resolve_env
 from t1jax.verify.reward import GlobalScale
-from t1jax.verify.verifier import VerifierReport, verify
+from t1jax.verify.verifier import VerifierReport, VerifierSettings, verify
 
 
 def task_limits(task, base: Limits) -> Limits:
@@ -71,13 +71,12 @@ class TrialOutcome:
 
 def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_id: str,
               image: str | None = None, sandbox=None, scale: GlobalScale | None = None,
-              verifier_mode: str = "script", verifier_where: str = "agent",
-              allow_network: bool = False,
+              verifier: VerifierSettings = VerifierSettings(), allow_network: bool = False,
               grade_failed_play: bool = True, catch: tuple = (Exception,),
               keep_open_on: tuple = ()) -> TrialOutcome:
     """One trial of `task`: a sandbox started from `image` as `task_sandbox_spec` says (or
     `sandbox`, one a stopped episode left open), `play(sandbox)`, then, when `scale` is given,
-    the verifier on what the player left, in its sandbox or a snapshot's (verifier_where; also
+    the verifier on what the player left, in its sandbox or a snapshot's (verifier.where; also
     after the player failed, unless grade_failed_play=False: an agent that crashed is graded on
     what it did), and the sandbox closed.
 
@@ -106,9 +105,9 @@ def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_
         out.play_s = time.monotonic() - t0
         if scale is not None and (out.play_error is None or grade_failed_play):
             try:
-                out.report = verify(task, sandbox, backend, scale, mode=verifier_mode,
+                out.report = verify(task, sandbox, backend, scale, mode=verifier.mode,
                                     run_id=run_id, limits=task_limits(task, limits),
-                                    allow_network=allow_network, where=verifier_where)
+                                    allow_network=allow_network, where=verifier.where)
             except catch as err:
                 out.verify_error = err
     finally:

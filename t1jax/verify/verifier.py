@@ -89,6 +89,22 @@ VERIFIER_MODES = ("script", "offline", "pytest")
 VERIFY_WHERE = ("agent", "snapshot")  # Harbor's way (services alive) | a fresh sandbox
 
 
+@dataclasses.dataclass(frozen=True)
+class VerifierSettings:
+    """How every trial of a job is verified: the mode (VERIFIER_MODES: test.sh as written, with
+    the offline stand-ins, or the tests' pytest alone) and where (VERIFY_WHERE: in the agent's
+    own sandbox as Harbor does, services alive, or a snapshot's fresh one). One value from
+    config.verifier (jobs/build.py verifier_settings), handed to run_trial by every caller."""
+    mode: str = "script"
+    where: str = "agent"
+
+    def __post_init__(self):
+        if self.mode not in VERIFIER_MODES:
+            raise ValueError(f"verifier mode {self.mode!r}; choose one of {VERIFIER_MODES}")
+        if self.where not in VERIFY_WHERE:
+            raise ValueError(f"verifier where {self.where!r}; choose one of {VERIFY_WHERE}")
+
+
 @dataclasses.dataclass
 class VerifierReport:
     """Everything the verifier learned about one episode; JSON-serialisable via `to_dict`."""

@@ -36,7 +36,7 @@ def test_network_needs_both_the_task_and_the_run_config():
     for t, allow in ((internet, False), (offline, True), (internet, True)):
         result = run_episode(t, "nothing", backend, "img", GlobalScale(5, "t"),
                              limits=Limits(),
-                             verifier_mode="script", run_id="r", allow_network=allow)
+                             run_id="r", allow_network=allow)
         assert result.report is None and "recording only" in result.error
     assert [s.network for s in backend.specs] == [False, False, True]
     assert backend.specs[0].limits.memory_mb == task.environment.memory_mb

@@ -112,13 +112,13 @@ def test_task_environment_as_harbor_gives_it(backend, tmp_path, dockerfile_workd
     image = backend.build(task)
     scale = GlobalScale(3, "test")
     oracle = run_episode(task, "oracle", backend, image, scale, limits=Limits(),
-                         verifier_mode="script", run_id="test-task-env")
+                         run_id="test-task-env")
     assert oracle.error is None, oracle.report and oracle.report.log
     assert {a.name.split("::")[-1]: a.status for a in oracle.report.assertions} == {
         "test_solution_saw_its_env_in_the_workdir": "passed",
         "test_verifier_env_and_cwd": "passed", "test_invariant_no_variables_of_ours": "passed"}
     nothing = run_episode(task, "nothing", backend, image, scale, limits=Limits(),
-                          verifier_mode="script", run_id="test-task-env")
+                          run_id="test-task-env")
     statuses = {a.name.split("::")[-1]: a.status for a in nothing.report.assertions}
     assert statuses["test_solution_saw_its_env_in_the_workdir"] == "failed"
     assert statuses["test_invariant_no_variables_of_ours"] == "passed"
@@ -146,6 +146,7 @@ def test_the_verifier_gets_the_network_as_harbor_gives_it(docker_backend, tmp_pa
     agent does (Harbor runs test.sh in the task's container). The network here is an internal
     Docker network: nothing can leave the machine."""
     from t1jax.sandbox.docker_backend import DockerBackend
+    from t1jax.verify.verifier import VerifierSettings
     client = docker_backend.client
     name = f"t1jax-test-internal-{os.getpid()}"
     network = client.networks.create(name, internal=True)
@@ -163,7 +164,8 @@ def test_the_verifier_gets_the_network_as_harbor_gives_it(docker_backend, tmp_pa
             (d / rel).write_text(text)
         task = load_task(d)
         result = run_episode(task, "nothing", backend, backend.build(task), GlobalScale(1, "t"),
-                             limits=Limits(), verifier_mode=mode, run_id="test-task-net",
+                             limits=Limits(), verifier=VerifierSettings(mode),
+                             run_id="test-task-net",
                              allow_network=allow_network)
         assert result.error is None and result.report.solved, result.report.log[-2000:]
     finally:

@@ -17,6 +17,7 @@ from t1jax.sandbox.base import Limits
 from t1jax.tasks.pool import load_pool
 from t1jax.curation.validate import run_episode
 from t1jax.verify.reward import GlobalScale
+from t1jax.verify.verifier import VerifierSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "t1jax" / "tasks" / "tb2_shaped"
@@ -90,7 +91,8 @@ def test_oracle_and_do_nothing_offline(corpus, network_backend):
         image = network_backend.build(task)
         for agent in ("oracle", "nothing"):
             result = run_episode(task, agent, network_backend, image, scale, limits=Limits(),
-                                 verifier_mode="offline", run_id="test-tb2-shaped")
+                                 verifier=VerifierSettings("offline"),
+                                 run_id="test-tb2-shaped")
             assert result.error is None, (tid, agent, result.error,
                                           result.report and result.report.log[-3000:])
             out[tid, agent] = {a.name.split("::")[-1].split(".")[-1]: a.status
