@@ -27,8 +27,7 @@ def sandbox_backend(sandbox):
     options = {}
     if sandbox.backend == "docker":
         options = dict(runtime=sandbox.runtime or None, build_network=sandbox.build_network,
-                       base_map=base_map(sandbox.get("base_map", "")),
-                       registry=sandbox.get("registry", False))
+                       base_map=base_map(sandbox.base_map), registry=sandbox.registry)
     return make_backend(sandbox.backend, **options)
 
 
@@ -295,7 +294,7 @@ def rollout_seed(config, stage: str) -> int:
     and the stage: two runs with one config.seed sample the same, and Warm-Up and PPO, whose
     first policy is the same SFT actor, never replay each other's trials."""
     from t1jax.rollout.engine import derived_seed
-    seed = config.rollouts.get("sampling_seed", -1)
+    seed = config.rollouts.sampling_seed
     return derived_seed(config.seed, f"rollouts/{stage}") if seed < 0 else int(seed)
 
 
@@ -325,7 +324,7 @@ def episode_settings(config, *, temperature: float, max_tokens: int, max_positio
             top_p=top_p, max_tokens=max_tokens, timeout_s=timeout_s,
             command_timeout_s=config.sandbox.command_timeout_s,
             max_observation_bytes=config.sandbox.max_output_bytes, system_prompt=system_prompt,
-            tool_format=tool_format(config), tito=r.get("tito", True), context=policy,
+            tool_format=tool_format(config), tito=r.tito, context=policy,
             verifier=verifier_settings(config))
     except ValueError as err:
         raise UsageError(f"config.rollouts: {err}") from err
@@ -338,7 +337,7 @@ def fleet_client(rollouts, model_cfg):
     from t1jax.rollout.sglang import FleetClient, RouteLayout
     r = rollouts
     return FleetClient(r.fleet_urls.split(","), RouteLayout.of(model_cfg),
-                       router=r.get("fleet_router", "") or None,
+                       router=r.fleet_router or None,
                        timeout_s=r.fleet_timeout_s, retries=r.fleet_retries)
 
 
@@ -385,7 +384,7 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
         publish = publish_to_fleet
     else:
         raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
-    trial_tokens = r.get("trial_tokens", 0) or config.rl.max_length
+    trial_tokens = r.trial_tokens or config.rl.max_length
     if trial_tokens > config.rl.max_length and r.compaction == "none":
         raise UsageError(f"config.rollouts.trial_tokens={trial_tokens} is more than one training "
                          f"row (rl.max_length={config.rl.max_length}): it needs a compaction "
@@ -403,7 +402,7 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
                         batch_size=r.batch_size, oversample=r.oversample,
                         carry_over=r.carry_over, record_dir=workdir / "rollouts",
-                        publish=publish, group_size=r.get("group_size", 1),
+                        publish=publish, group_size=r.group_size,
                         processes=processes, reward_scale=stack.scale.value)
 
 

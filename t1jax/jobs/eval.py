@@ -104,7 +104,7 @@ def run(config, workdir: Path) -> int:
         raise UsageError(f"config: {err}") from err
     engine_len = context.budget if context is not None else config.max_tokens  # one chunk
     # with compaction a trial may span chunks: its own budget (0: one engine context)
-    trial_tokens = (r.get("trial_tokens", 0) if context is not None else 0) or config.max_tokens
+    trial_tokens = (r.trial_tokens if context is not None else 0) or config.max_tokens
     if r.engine == "embedded":
         from t1jax.rollout.batching import embedded_engine
         model, default_label = load_policy(config)
@@ -137,7 +137,7 @@ def run(config, workdir: Path) -> int:
                                              config.policy.get("hf_path", ""),
                                              os.path.dirname(r.tokenizer)),
         verifier=build.verifier_settings(config))
-    seed = r.get("sampling_seed", -1)
+    seed = r.sampling_seed
     seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)
     with job_progress() as progress:
         builds = progress.add_task("build task images", total=len(tasks), info="")

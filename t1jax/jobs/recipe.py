@@ -229,7 +229,7 @@ def _played(summary: dict, out: Path) -> dict:
 
 def outside_pool(config) -> Path | None:
     """config.pool.dir as a Path (None: the pool is generated task families)."""
-    folder = config.pool.get("dir", "")
+    folder = config.pool.dir
     return Path(folder).resolve() if folder else None
 
 
@@ -244,11 +244,11 @@ def check_sources(config) -> None:
             raise UsageError(f"config.pool.dir={pool} has no {' or '.join(missing)} folder (an "
                              "outside pool holds train/, heldout/ (the test split) and "
                              "optionally validation/, each a folder of task folders)")
-        if not r.get("tokenizer", ""):
+        if not r.tokenizer:
             raise UsageError(f"config.pool.dir={pool} needs config.rollouts.tokenizer (the "
                              "model's tokenizer.json): a tokenizer is trained only for the "
                              "generated task families")
-    if r.get("tokenizer", "") and not Path(r.tokenizer).is_file():
+    if r.tokenizer and not Path(r.tokenizer).is_file():
         raise UsageError(f"config.rollouts.tokenizer={r.tokenizer} is not a file")
     data_dir, recorded = config.sft.get("data_dir", ""), r.get("recorded_dir", "")
     if data_dir and not (Path(data_dir).is_dir() and any(Path(data_dir).glob("*.npz"))):
@@ -261,7 +261,7 @@ def check_sources(config) -> None:
         raise UsageError("config.sft.teacher_slips=True needs the generated task families "
                          "(a slip is a family's own wrong command); an outside pool "
                          f"(config.pool.dir={pool}) runs with --config.sft.teacher_slips=False")
-    hf_path = config.init.get("hf_path", "") if "init" in config else ""
+    hf_path = config.init.hf_path
     if hf_path:
         if not Path(hf_path, "config.json").is_file():
             raise UsageError(f"config.init.hf_path={hf_path} has no config.json "
@@ -313,7 +313,7 @@ class Recipe:
 
     def hf_path(self) -> str:
         """config.init.hf_path: the base policy's Hugging Face checkpoint ("" = random init)."""
-        return self.config.init.get("hf_path", "") if "init" in self.config else ""
+        return self.config.init.hf_path
 
     def system_prompt(self) -> str | None:
         """config.agent.system_prompt; "" = the agent harness's own."""
@@ -532,11 +532,9 @@ class Recipe:
         if _done(out):
             return
         # the user's own samples (config.sft.data_dir), or the oracle's episodes played here
-        data = Path(self.config.sft.data_dir) if self.config.sft.get("data_dir") else \
-            out / "sft_data"
+        data = Path(self.config.sft.data_dir) if self.config.sft.data_dir else out / "sft_data"
         # never a partial set a killed run left; process 0 builds it, every process reads it
-        if distributed.is_main() and not self.config.sft.get("data_dir") \
-                and not dataset_complete(data):
+        if distributed.is_main() and not self.config.sft.data_dir and not dataset_complete(data):
             s = self.stack()
             trainer_cfg = self.config.model
             samples, skipped = oracle_samples(
@@ -556,7 +554,7 @@ class Recipe:
         distributed.rendezvous("recipe/sft_data")
         trainer = self.trainer("sft")
         build.start_weights(trainer, out / "checkpoints", hf_path=self.hf_path())
-        order_seed = self.config.sft.get("data_seed", -1)
+        order_seed = self.config.sft.data_seed
         loop.run(trainer, loop.DatasetBatches(load_samples(data), self.config.sft.batch_size,
                                               self.config.seed if order_seed < 0 else order_seed),
                  out,
@@ -591,7 +589,7 @@ class Recipe:
     def recorded(self) -> str:
         """config.rollouts.recorded_dir: step_*/ folders of samples (what live rollouts
         write) that Warm-Up and PPO replay instead of playing ("" = play live)."""
-        return self.config.rollouts.get("recorded_dir", "")
+        return self.config.rollouts.recorded_dir
 
     def _rollouts(self, trainer, out: Path, stage: str):
         """Warm-Up's and PPO's rollouts: played live in sandboxes, or replayed from
@@ -704,7 +702,7 @@ class Recipe:
         """config.eval.sampling_seed, or with -1 (the default) one derived from config.seed:
         another evaluation draw of the same policies without another pool."""
         from t1jax.rollout.engine import derived_seed
-        seed = self.config.eval.get("sampling_seed", -1)
+        seed = self.config.eval.sampling_seed
         return derived_seed(self.config.seed, "eval") if seed < 0 else int(seed)
 
     def evaluate(self, label: str, policy, split: str = "test", served=None) -> dict:

@@ -12,6 +12,7 @@ over both. What is not split yet (the eval, oracle and pool jobs) is refused (is
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -96,6 +97,7 @@ def test_two_processes_train_like_one(tmp_path):
     # ends at once, not when a collective times out; both restarted resume PPO (SFT is done)
     # and end where 4 steps end
     straight, killed = two / "ppo", tmp_path / "killed"
+    shutil.copytree(two / "sft", killed / "sft")  # SFT is done: the restart resumes PPO alone
     t0 = time.monotonic()
     code = two_processes(train_args(killed, recorded, 4),
                          env_of={1: {"T1JAX_KILL_AT": "ppo:3:collected"}})
