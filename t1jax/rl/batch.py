@@ -337,9 +337,9 @@ def shard_packed(packed: Packed, mesh, rules=None) -> Batch:
 
 def local_rows(rows: int, length: int, num_layers: int, top_k: int, mesh, rules=None) -> list:
     """The rows of a (rows, length) batch whose routes this process's devices hold."""
-    index = routes_sharding(rows, length, num_layers, top_k, mesh, rules) \
-        .addressable_devices_indices_map((rows, length, num_layers, top_k))
-    return sorted({r for i in index.values() for r in range(*i[0].indices(rows))})
+    me = jax.process_index()
+    return [r for r, readers in enumerate(row_readers(rows, length, num_layers, top_k, mesh,
+                                                      rules)) if me in readers]
 
 
 def row_readers(rows: int, length: int, num_layers: int, top_k: int, mesh,
