@@ -30,21 +30,23 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv || die "python3 -m venv failed; install the venv module (apt-get install python3-venv)."
 fi
 STAMP=.venv/.requirements.sha256
+# editable: `import t1jax` and `import configs` from any folder, read from this checkout
+install_self() {
+  .venv/bin/python -m pip install -q --no-deps -e . 2>/dev/null \
+    || die "pip install -e . failed; run .venv/bin/python -m pip install -e . to see why."
+}
 WANT=$(cat requirements.txt requirements-test.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   log "installing pinned packages (requirements.txt, requirements-test.txt) and t1jax itself (pip install -e .)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -r requirements.txt -r requirements-test.txt \
     || die "pip install failed (see above); the package index must be reachable."
-  # editable: `import t1jax` and `import configs` from any folder, read from this checkout
-  .venv/bin/python -m pip install -q --no-deps -e . 2>/dev/null \
-    || die "pip install -e . failed; run .venv/bin/python -m pip install -e . to see why."
+  install_self
   echo "$WANT" > "$STAMP"
 fi
 # a checkout moved or copied elsewhere: its .venv still points at the old one
 .venv/bin/python -c 'import sys, t1jax; from pathlib import Path; sys.exit(Path(t1jax.__file__).resolve().parents[1] != Path.cwd().resolve())' 2>/dev/null \
-  || .venv/bin/python -m pip install -q --no-deps -e . 2>/dev/null \
-  || die "pip install -e . failed; run .venv/bin/python -m pip install -e . to see why."
+  || install_self
 
 # --- 2. Sandbox engine ------------------------------------------------------------------------
 apt_install() {
