@@ -244,9 +244,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 def tokenizer_files(config) -> list[Path]:
     """The model's tokenizer and chat-template files: those beside config.rollouts.tokenizer,
     else in config.init.hf_path (none for a tokenizer of our own: the tiny model's)."""
-    r, init = config.rollouts, config.get("init") or {}
-    folder = (Path(r.tokenizer).parent if r.get("tokenizer", "") else
-              Path(init.get("hf_path", "")) if init and init.get("hf_path", "") else None)
+    r, hf_path = config.rollouts, config.init.hf_path
+    folder = Path(r.tokenizer).parent if r.tokenizer else Path(hf_path) if hf_path else None
     return [] if folder is None else [folder / n for n in TOKENIZER_FILES
                                       if (folder / n).is_file()]
 
@@ -280,13 +279,14 @@ def publish_weights(client, model, weights_dir: Path, version, extra_files=()) -
 
 
 # -- live rollouts -------------------------------------------------------------------------------
-def tool_format(config) -> str:
+def tool_format(config, hf_path: str | None = None) -> str:
     """How the policy writes tool calls: config.rollouts.tool_format, else its checkpoint's
-    (init.hf_path) or tokenizer's chat template, else qwen3_json (chat.resolve_tool_format)."""
+    (hf_path; default config.init.hf_path, the recipe's base policy) or tokenizer's chat
+    template, else qwen3_json (chat.resolve_tool_format)."""
     from t1jax.rollout.chat import resolve_tool_format
-    r, init = config.rollouts, config.get("init") or {}
-    return resolve_tool_format(r.get("tool_format", ""), init.get("hf_path", "") if init else "",
-                               os.path.dirname(r.get("tokenizer", "") or ""))
+    r = config.rollouts
+    return resolve_tool_format(r.tool_format, config.init.hf_path if hf_path is None
+                               else hf_path, os.path.dirname(r.tokenizer))
 
 
 def rollout_seed(config, stage: str) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -125,7 +124,6 @@ def run(config, workdir: Path) -> int:
     if recorded is not None:  # a trained policy: scored on its run's scale, not these tasks'
         stack = dataclasses.replace(stack, scale=recorded)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from t1jax.rollout import chat
     from t1jax.rollout.settings import EpisodeSettings
     episode = EpisodeSettings(
         max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, temperature=config.temperature,
@@ -133,9 +131,7 @@ def run(config, workdir: Path) -> int:
         command_timeout_s=config.sandbox.command_timeout_s,
         max_observation_bytes=config.sandbox.max_output_bytes,
         system_prompt=config.system_prompt or None, context=context,
-        tool_format=chat.resolve_tool_format(r.get("tool_format", ""),
-                                             config.policy.get("hf_path", ""),
-                                             os.path.dirname(r.tokenizer)),
+        tool_format=build.tool_format(config, hf_path=config.policy.hf_path),
         verifier=build.verifier_settings(config))
     seed = r.sampling_seed
     seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)

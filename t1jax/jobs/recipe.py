@@ -302,9 +302,9 @@ class Recipe:
         """The train split's task stack (its reward scale is the run's), built once."""
         if self._stack is None:
             from tokenizers import Tokenizer
-            self.need_pool()
+            train = self.split("train")  # (a UsageError where the pool phase has not run)
             tok = Tokenizer.from_file(str(self.workdir / "tokenizer.json"))
-            self._stack = build.task_stack(self.config, self.split("train"), tok)
+            self._stack = build.task_stack(self.config, train, tok)
         return self._stack
 
     def config_json(self) -> str:
