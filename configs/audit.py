@@ -9,7 +9,7 @@ audit.md and scores.json (read by the TFDS pool builder) to the workdir.
 
 import ml_collections
 
-from configs.common import check_variant, sandbox_config, verifier_config
+from configs.common import check_variant, llm_config, sandbox_config, verifier_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -20,16 +20,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.tasks = ""  # a Harbor / Terminal-Bench task folder; "": the bundled seed tasks
     config.fail_on_reject = False  # True: exit 1 when any task is rejected (a CI gate)
 
-    config.sandbox = sandbox_config()
-    config.sandbox.concurrency = 4  # probe episodes running at once (4 per task)
+    config.sandbox = sandbox_config()  # concurrency: probe episodes at once (4 per task)
 
     config.verifier = verifier_config()
 
-    config.judge = ml_collections.ConfigDict()
-    config.judge.base_url = ""  # an OpenAI-compatible server, e.g. http://localhost:8000; "" = off
-    config.judge.model = "default"
-    config.judge.api_key_env = ""  # name of an environment variable holding the API key, if any
-    config.judge.timeout_s = 120.0
+    # an OpenAI-compatible server (base_url, e.g. http://localhost:8000; "" = off), its model,
+    # api_key_env, sampling and timeout: configs/common.py llm_config
+    config.judge = llm_config()
+    config.judge.max_tokens = 400  # two scores and a sentence
 
     if arg == "smoke":
         config.task_filter = "count-log-errors,organize-files"

@@ -1,5 +1,6 @@
-"""Config blocks shared by the jobs that run sandboxes (oracle, audit, synth): one definition,
-documented once."""
+"""Config blocks shared by the jobs: one definition, documented once, with the defaults of the
+code that reads them (Limits, Settings, EpisodeSettings, FleetClient) taken from there, so a
+config file sets only what differs (tests/jobs/test_configs.py fails on a restated value)."""
 
 import ml_collections
 
@@ -57,6 +58,64 @@ def rl_config() -> ml_collections.ConfigDict:
 
     from t1jax.rl.trainer import Settings
     return ml_collections.ConfigDict(dataclasses.asdict(Settings()))
+
+
+def llm_config() -> ml_collections.ConfigDict:
+    """An OpenAI-compatible chat server (synthesis's rewriter, the audit's judge), at the
+    defaults of t1jax.curation.llm.LLMConfig."""
+    from t1jax.curation.llm import LLMConfig
+    default = LLMConfig()
+    llm = ml_collections.ConfigDict()
+    llm.base_url = default.base_url  # e.g. http://127.0.0.1:30000; "": off
+    llm.model = default.model
+    llm.temperature = default.temperature
+    llm.max_tokens = default.max_tokens
+    llm.timeout_s = default.timeout_s
+    llm.api_key_env = ""  # the environment variable holding the API key, if the server needs one
+    return llm
+
+
+def rollouts_config() -> ml_collections.ConfigDict:
+    """How trials are rolled out, in every job that plays episodes (the recipe, eval): the
+    engine, the tokenizer and tool format, and the episode's knobs, at the defaults of
+    t1jax.rollout.settings.EpisodeSettings (built from this block by t1jax/jobs/build.py
+    episode_settings) and of the fleet client."""
+    import inspect
+
+    from t1jax.rollout.settings import EpisodeSettings
+    from t1jax.rollout.sglang import FleetClient
+    fleet = inspect.signature(FleetClient).parameters
+    r = ml_collections.ConfigDict()
+    r.engine = "embedded"  # embedded (in-process JAX) | fleet (SGLang-API servers)
+    r.engine_batch = 8  # sequences the embedded engine decodes together
+    r.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
+    # an SGLang model gateway in front of them (smg >= 1.13, --policy consistent_hashing):
+    # generation goes through it, weights are published to every fleet_urls server
+    r.fleet_router = ""
+    r.fleet_timeout_s = fleet["timeout_s"].default  # per HTTP call to a fleet server
+    r.fleet_retries = fleet["retries"].default  # extra attempts on other servers after a failure
+    r.tokenizer = ""  # tokenizer.json (the model's own); "": the job's default
+    # qwen3_json | qwen3_xml; "": the checkpoint's (init.hf_path) or tokenizer folder's chat
+    # template says (t1jax/rollout/chat.py), else qwen3_json
+    r.tool_format = ""
+    r.system_prompt = ""  # "": the harness's own
+    r.max_turns = EpisodeSettings.max_turns
+    r.max_new_tokens = EpisodeSettings.max_new_tokens  # per turn
+    r.tito = EpisodeSettings.tito  # False: the text round trip of configs/ablations.py:no_tito
+    return context_config(r)
+
+
+def eval_config() -> ml_collections.ConfigDict:
+    """How a policy is evaluated, in both jobs that evaluate (the recipe's base / SFT / PPO
+    evaluations, the eval job): k attempts per task at one temperature, seeded."""
+    from t1jax.rollout.settings import EpisodeSettings
+    e = ml_collections.ConfigDict()
+    e.attempts = 3  # trials per task; pass@k is reported for k = 1..attempts
+    e.temperature = EpisodeSettings.temperature
+    e.top_p = EpisodeSettings.top_p  # >= 1: no nucleus truncation
+    e.timeout_s = 0.0  # per trial wall clock; 0: the task's [agent] timeout_sec
+    e.sampling_seed = -1  # -1: derived from config.seed (the recipe's base / SFT / PPO share it)
+    return e
 
 
 def context_config(rollouts: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

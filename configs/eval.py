@@ -13,18 +13,20 @@ samples/*.npz to the workdir.
   # the untrained base of the tiny setting (random init), quick smoke
   python experiments/run.py --config configs/eval.py:smoke --workdir runs/eval-smoke
 
-How trials are rolled out (engine, fleet, tokenizer, tool format, turns, reply length, sampling
-seed, compaction) is the `rollouts` block, spelled as the recipe configs spell it
-(configs/tiny_cpu.py), so a flag means one thing in every job.
+How trials are rolled out (engine, fleet, tokenizer, tool format, system prompt, turns, reply
+length, compaction) is the `rollouts` block and how the policy is evaluated (attempts,
+temperature, top_p, sampling seed) the `eval` block, both spelled as the recipe configs spell
+them (configs/common.py), as is `init.hf_path`: a flag means one thing in every job.
 """
 
 import ml_collections
 
-from configs.common import context_config, sandbox_config, verifier_config
+from configs.common import check_variant, eval_config, rollouts_config, sandbox_config, verifier_config
 from configs.model import tiny
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    check_variant("eval", arg, ("smoke", "online", "offline"))
     config = ml_collections.ConfigDict()
     config.mode = "eval"
     config.label = ""  # names the evaluated policy in the outputs; default: derived
@@ -41,38 +43,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.policy = ml_collections.ConfigDict()
     config.policy.checkpoint = ""  # a training run's checkpoints/ dir (Orbax, its actor)
     config.policy.step = -1  # that run's step; -1 = the latest finished one
-    config.policy.hf_path = ""  # or an HF safetensors dir; neither = random init (seed)
+    config.init = ml_collections.ConfigDict()
+    config.init.hf_path = ""  # or an HF safetensors dir; neither = random init (seed)
 
-    config.rollouts = ml_collections.ConfigDict()
-    r = config.rollouts
-    r.engine = "embedded"  # embedded (in-process JAX) | fleet (servers hold the policy)
-    r.engine_batch = 8  # sequences the embedded engine decodes together
-    r.fleet_urls = ""  # comma-separated SGLang / t1jax server urls (fleet)
-    r.fleet_router = ""  # an SGLang model gateway in front of them (configs/tiny_cpu.py)
-    r.fleet_timeout_s = 300.0  # per HTTP call to a fleet server
-    r.fleet_retries = 2  # extra attempts on other servers after a failure
-    r.tokenizer = ""  # tokenizer.json; default: the cached offline one (tiny setting)
-    r.tool_format = ""  # qwen3_json | qwen3_xml; "": the checkpoint's chat template says
-    r.sampling_seed = -1  # -1: derived from config.seed (a rerun repeats); >= 0: this one
-    r.max_new_tokens = 256  # per turn
+    # as the recipe configs spell it (configs/common.py): engine, fleet, tokenizer ("": the
+    # cached offline one of the tiny setting), tool format, system prompt, turns, compaction
+    config.rollouts = r = rollouts_config()
+    r.max_new_tokens = 256
     r.max_turns = 50
-    context_config(r)  # compaction (either harness): chunks of context_tokens each, a trial of
-    #                    trial_tokens (0: max_tokens) over all its chunks
 
     config.harness = "terminus"  # terminus (Terminus-2 JSON replies, as T1 reports) | tools
-    config.attempts = 3  # trials per task; pass@k is reported for k = 1..attempts
-    config.temperature = 1.0
-    config.top_p = 1.0
-    config.max_tokens = 2048  # token budget of a trial (every chunk; a terminus chunk)
-    config.timeout_s = 0.0  # per trial wall clock; 0 = the task's [agent] timeout_sec
-    config.system_prompt = ""  # "" = the harness's own
+    config.eval = eval_config()  # attempts, temperature, top_p, timeout_s, sampling_seed
+    config.eval.max_tokens = 2048  # token budget of a trial (every chunk; a terminus chunk)
 
     config.sandbox = sandbox_config()
     config.verifier = verifier_config()
 
     if arg == "smoke":  # two tasks, one attempt, a few short turns
         config.task_filter = "count-log-errors,organize-files"
-        config.attempts = 1
+        config.eval.attempts = 1
         config.rollouts.max_turns = 2
         config.rollouts.max_new_tokens = 16
         config.harness = "tools"
@@ -82,15 +71,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.sandbox.registry = True
         config.sandbox.allow_network = True
         config.sandbox.build_network = "host"
-        config.verifier.mode = "script"
-        config.internet_tasks = "run"
+        config.internet_tasks = "run"  # verifier.mode stays "script": test.sh as written
     elif arg == "offline":  # no registry, no internet (this machine, air-gapped clusters):
         # Dockerfiles built on local stand-in bases, sandboxes without network, test.sh as
-        # written with offline stand-ins for the tools it fetches (t1jax/verify/offline)
-        config.sandbox.registry = False
-        config.sandbox.allow_network = False
+        # written with offline stand-ins for the tools it fetches (t1jax/verify/offline);
+        # sandbox.registry and allow_network stay False
         config.verifier.mode = "offline"
         config.internet_tasks = "run"
-    elif arg:
-        raise ValueError(f"unknown configs/eval.py argument {arg!r} (smoke | online | offline)")
     return config

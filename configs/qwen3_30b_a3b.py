@@ -39,21 +39,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     base = qwen3_30b_a3b.get_config("gpu")
     config.model, config.mesh = base.model, base.mesh
-    config.mesh.devices = "gpu"
-    config.model.param_dtype = "bfloat16"
-    config.model.compute_dtype = "bfloat16"
+    config.mesh.devices = "gpu"  # (the model config holds bf16 params and compute)
     # the fit check (--config.phases=aot): the 8-GPU mesh has no compiler here; v5p-64
     # (32 chips on 8 hosts) with the experts 8-way as on the GPU node
     config.aot.topology, config.aot.mesh = "v5p:2x4x4", "1,4,8,1"
 
     config.pool.dir = "/data/pool"  # --config.pool.dir=...
     config.oracle.train_per_family = 2  # train tasks per category checked (-1: all)
-    config.agent.system_prompt = ""  # the agent harness's own
+    config.rollouts.system_prompt = ""  # the agent harness's own
     config.init.hf_path = "/shared/Qwen3-30B-A3B"
 
-    config.rl = rl = rl_config()  # the defaults, not the tiny model's choices
-    rl.actor_lr = 1e-6
-    rl.critic_lr = 5e-6
+    # the defaults (t1jax.rl.trainer.Settings: actor_lr 1e-6, critic_lr 5e-6), not the tiny
+    # model's choices
+    config.rl = rl = rl_config()
     rl.max_length = 32768
     rl.min_length = 4096
     rl.minibatches = 4
@@ -65,7 +63,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     r.tokenizer = "/shared/Qwen3-30B-A3B/tokenizer.json"
     r.batch_size = 64
     r.oversample = 1.5
-    r.carry_over = True
     r.max_turns = 100
     r.max_new_tokens = 1024
 
@@ -82,7 +79,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.every = 20
 
     config.checkpoint.every = 10
-    config.checkpoint.keep = 3
 
     config.sandbox.concurrency = 96  # >= batch_size x oversample; DOCKER_HOST may be remote
     config.sandbox.command_timeout_s = 600.0

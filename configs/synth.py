@@ -10,7 +10,7 @@ reason.txt), summary.md and lineage.jsonl to the workdir.
 
 import ml_collections
 
-from configs.common import check_variant, sandbox_config, verifier_config
+from configs.common import check_variant, llm_config, sandbox_config, verifier_config
 
 OFFLINE_OPERATORS = "checksum_manifest,archive_outputs,summary_json,readonly_publish"
 
@@ -29,13 +29,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.seed = 0  # picks the parents a limit keeps and each parent's operator
     config.operators = OFFLINE_OPERATORS  # comma-separated; llm_rewrite joins when llm is set
 
-    config.llm = ml_collections.ConfigDict()
-    config.llm.base_url = ""  # an OpenAI-compatible server, e.g. http://127.0.0.1:30000; "" = off
-    config.llm.model = "default"
-    config.llm.api_key = ""
-    config.llm.temperature = 0.0
-    config.llm.max_tokens = 4096
-    config.llm.timeout_s = 120.0
+    # an OpenAI-compatible server (base_url, e.g. http://127.0.0.1:30000; "" = off), its model,
+    # api_key_env, sampling and timeout: configs/common.py llm_config
+    config.llm = llm_config()
+    config.llm.max_tokens = 4096  # a rewritten task's tests and instruction in one reply
 
     config.sandbox = sandbox_config()
 

@@ -38,7 +38,7 @@ format, but the base model's zero-shot numbers under our tool harness are not Qw
 
 import ml_collections
 
-from configs.common import check_variant, rl_config
+from configs.common import check_variant
 from configs.model import qwen3_5_122b_a10b
 
 
@@ -55,29 +55,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the fit check (--config.phases=aot): no GPU compiler here; v5p-256 (128 chips on 32
     # hosts), experts 8-way, everything else 16-way
     config.aot.topology, config.aot.mesh = "v5p:4x4x8", "1,16,8,1"
-    config.model.param_dtype = "bfloat16"
-    config.model.compute_dtype = "bfloat16"
     # a 64k-token row per chip (BUILD.md, "Ahead-of-time TPU checks"): the 48 saved layer
     # inputs (19 GB per chip) wait in host memory; experts stay put, tokens travel in chunks
     config.model.moe_sharding = "gather_tokens"
     config.model.offload_layer_inputs = True
 
-    config.rl = rl_config()
-    config.rl.actor_lr = 1e-6
-    config.rl.critic_lr = 5e-6
+    # rl: the 30B's learning rates, minibatches and overlong rule, longer rows
     config.rl.max_length = 65536
     config.rl.min_length = 8192
-    config.rl.minibatches = 4
-    # 1024 tokens x 248k vocab of float32 logits per chunk (0.95 GiB); at 4096 three such
-    # chunks alive took 11.4 GiB of the actor step (BUILD.md, "Ahead-of-time TPU checks")
     config.rl.logits_chunk = 1024
-    config.rl.overlong = "drop"  # counted in batch/dropped_overlong
 
     r = config.rollouts
     r.tokenizer = "/shared/Qwen3.5-122B-A10B/tokenizer.json"
     r.batch_size = 128
-    r.oversample = 1.5
-    r.carry_over = True  # the long tail continues next step instead of being dropped
     r.max_turns = 320
     r.max_new_tokens = 2048
     config.init.hf_path = "/shared/Qwen3.5-122B-A10B"

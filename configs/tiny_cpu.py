@@ -17,8 +17,8 @@ per host of a pod, or N on one machine): experiments/launch_local.py, BUILD.md "
 
 import ml_collections
 
-from configs.common import (check_variant, context_config, rl_config, sandbox_config,
-                            verifier_config)
+from configs.common import (check_variant, eval_config, rl_config, rollouts_config,
+                            sandbox_config, verifier_config)
 from configs.model import tiny
 
 
@@ -58,10 +58,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.oracle = ml_collections.ConfigDict()
     config.oracle.train_per_family = 4  # train tasks per family checked oracle vs do-nothing (-1: all)
 
-    config.agent = ml_collections.ConfigDict()
-    from t1jax.curation.families import SYSTEM_PROMPT
-    config.agent.system_prompt = SYSTEM_PROMPT  # short: the tiny model reads it every turn
-
     config.rl = rl_config()
     # chosen on the validation split (docs/probes.md, "A teacher that slips"): from the slipping
     # teacher's SFT (5.6%), 3e-4 ended at 13.9% (+8.3 pts, SE 4.1) and 1e-4 at 9.7% (+4.2,
@@ -72,37 +68,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rl.max_length = 384
     config.rl.min_length = 384
 
-    config.rollouts = ml_collections.ConfigDict()
-    config.rollouts.engine = "embedded"
-    config.rollouts.engine_batch = 8
-    config.rollouts.fleet_urls = ""
-    # an SGLang model gateway in front of them (smg >= 1.13, --policy consistent_hashing):
-    # generation goes through it, weights are published to every fleet_urls server
-    config.rollouts.fleet_router = ""
-    config.rollouts.fleet_timeout_s = 300.0  # per HTTP call to a fleet server
-    config.rollouts.fleet_retries = 2  # extra attempts on other servers after a failure
-    config.rollouts.weights_dir = ""
-    config.rollouts.batch_size = 8  # trials per PPO step
-    config.rollouts.group_size = 1  # trials of each task per step (rl.baseline="task" uses them)
+    # rollouts.tokenizer "": trained by the pool phase on the train split's text
+    # (model.vocab_size ids); a tokenizer.json (the model's own) is copied into the workdir
+    config.rollouts = r = rollouts_config()
+    from t1jax.curation.families import SYSTEM_PROMPT
+    r.system_prompt = SYSTEM_PROMPT  # short: the tiny model reads it every turn
+    r.max_turns = 3
+    r.max_new_tokens = 48
+    r.weights_dir = ""  # where the fleet's published weights go ("": the workdir)
+    r.batch_size = 8  # trials per PPO step
+    r.group_size = 1  # trials of each task per step (rl.baseline="task" uses them)
     # 1: every launched trial is trained, so a seeded run repeats (with more, which trials a
     # step admits depends on timing); the real-scale configs oversample to cut the tail
-    config.rollouts.oversample = 1.0
-    config.rollouts.carry_over = True
-    config.rollouts.max_turns = 3
-    config.rollouts.max_new_tokens = 48
-    # "": trained by the pool phase on the train split's text (model.vocab_size ids); a
-    # tokenizer.json (the model's own) is copied into the workdir and used instead
-    config.rollouts.tokenizer = ""
-    # qwen3_json | qwen3_xml; "": the checkpoint's (init.hf_path) or tokenizer folder's chat
-    # template says (t1jax/rollout/chat.py), else qwen3_json
-    config.rollouts.tool_format = ""
+    r.oversample = 1.0
+    r.carry_over = True
     # "": Warm-Up and PPO play live; a folder of step_*/ sample folders (what a run records
     # in warmup/rollouts/ and ppo/rollouts/): replayed instead, step t from the t-th (cycling),
     # with no sandbox and no engine (trainer ablations, resume tests)
-    config.rollouts.recorded_dir = ""
-    config.rollouts.tito = True  # False: the text round-trip of configs/ablations.py:no_tito
-    config.rollouts.sampling_seed = -1  # -1: from config.seed and the stage; >= 0: this, every stage
-    context_config(config.rollouts)
+    r.recorded_dir = ""
+    r.sampling_seed = -1  # -1: from config.seed and the stage; >= 0: this, every stage
 
     config.init = ml_collections.ConfigDict()
     # "": the base policy is config.model at config.seed's random init; a Hugging Face model
@@ -153,10 +137,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.ppo = ml_collections.ConfigDict()
     config.ppo.steps = 40
 
-    config.eval = ml_collections.ConfigDict()
-    config.eval.attempts = 3
-    config.eval.temperature = 1.0
-    config.eval.sampling_seed = -1  # -1: derived from config.seed (base / SFT / PPO share it)
+    config.eval = eval_config()
     config.eval.every = 10  # PPO steps between validation evaluations (0: only at the end)
 
     config.sandbox = sandbox_config()

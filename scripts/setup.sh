@@ -49,10 +49,11 @@ fi
   || install_self
 
 # --- 2. Sandbox engine ------------------------------------------------------------------------
-apt_install() {
+apt_install() {  # then drop the downloaded .debs: CI machines can be short of disk
   command -v apt-get >/dev/null || return 1
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null &&
+    { as_root apt-get clean || true; }
 }
 docker_ok() { docker info >/dev/null 2>&1; }
 need_bwrap() {
@@ -186,6 +187,10 @@ base_image() {  # SUITE IMAGE DIR PACKAGES
   tar -C "$3" -c . | docker import -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     -c 'CMD ["/bin/bash"]' -c "LABEL t1jax.base.packages=$(stamp_of "$4")-tmp" - "$2" >/dev/null \
     || die "docker import of the base image $2 failed"
+  # only bubblewrap reads a root filesystem, bookworm's: the others live on in the image alone
+  if [ "$3" != "$ROOTFS" ]; then
+    as_root rm -rf --one-file-system "$3" && rm -f "$3.stamp"
+  fi
 }
 if [ "${T1JAX_SKIP_DOCKER:-0}" = 1 ]; then
   rootfs_ok "$ROOTFS" "$BASE_PACKAGES" || build_rootfs bookworm "$ROOTFS" "$BASE_PACKAGES"

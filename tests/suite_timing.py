@@ -15,6 +15,7 @@ the long files start at once and the short ones fill in around them.
 
 import json
 import os
+import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -44,6 +45,11 @@ class SuiteTiming:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.stream = (out_dir / "test-times.jsonl").open("w")
         self.start = time.time()
+        self.write_error = ""
+        # free disk where the suite writes, at the start and at its lowest (after which test):
+        # CI machines differ in disk, and a full one fails whatever test is writing then
+        self.free_start = self.free_low = shutil.disk_usage(out_dir).free
+        self.free_low_after = ""
         self.per_test: dict[str, float] = defaultdict(float)
         self.outcome: dict[str, str] = {}
 
@@ -52,11 +58,19 @@ class SuiteTiming:
         if report.when == "call" or report.outcome != "passed":
             self.outcome.setdefault(report.nodeid, report.outcome)
         if report.when == "teardown":
-            self.stream.write(json.dumps({
-                "test": report.nodeid, "seconds": round(self.per_test[report.nodeid], 3),
-                "outcome": self.outcome.get(report.nodeid, "passed"),
-                "wall": round(time.time() - self.start, 1)}) + "\n")
-            self.stream.flush()
+            free = shutil.disk_usage(self.out_dir).free
+            if free < self.free_low:
+                self.free_low, self.free_low_after = free, report.nodeid
+        if report.when == "teardown" and self.stream is not None:
+            try:
+                self.stream.write(json.dumps({
+                    "test": report.nodeid, "seconds": round(self.per_test[report.nodeid], 3),
+                    "outcome": self.outcome.get(report.nodeid, "passed"),
+                    "wall": round(time.time() - self.start, 1)}) + "\n")
+                self.stream.flush()
+            except OSError as err:  # a full disk: the suite's own verdicts matter more
+                self.stream = None
+                self.write_error = f"stopped writing {self.out_dir}/test-times.jsonl: {err}"
 
     def table(self) -> tuple[list[tuple[str, float, int]], float]:
         files: dict[str, list[float]] = defaultdict(list)
@@ -70,21 +84,33 @@ class SuiteTiming:
         lines = [f"| file | seconds | tests | share of {wall:.0f} s wall |", "|---|---|---|---|"]
         lines += [f"| {f} | {s:.1f} | {n} | {100 * s / max(wall, 1e-9):.1f}% |"
                   for f, s, n in rows]
-        (self.out_dir / "test-times.md").write_text("\n".join(lines) + "\n")
-        (self.out_dir / "file-costs.json").write_text(json.dumps(
-            {f: round(s, 1) for f, s, _ in rows}, indent=1) + "\n")
         tr = terminalreporter
+        try:
+            (self.out_dir / "test-times.md").write_text("\n".join(lines) + "\n")
+            (self.out_dir / "file-costs.json").write_text(json.dumps(
+                {f: round(s, 1) for f, s, _ in rows}, indent=1) + "\n")
+        except OSError as err:
+            self.write_error = self.write_error or f"could not write {self.out_dir}: {err}"
+        if self.write_error:
+            tr.write_line(f"WARNING: {self.write_error}", yellow=True)
         tr.section(f"time per test file (top {TOP_FILES}; all in {self.out_dir}/test-times.md)")
         for line in lines[:TOP_FILES + 2]:
             tr.write_line(line)
         tr.write_line(f"pytest wall time: {wall:.0f} s ({wall / 60:.1f} min)")
+        tr.write_line(f"disk free: {self.free_start / 2**30:.1f} GiB at the start, lowest "
+                      f"{self.free_low / 2**30:.1f} GiB" + (f" (after {self.free_low_after})"
+                                                            if self.free_low_after else ""))
         if wall > WARN_AFTER_S:
             tr.write_line(f"WARNING: the suite took {wall / 60:.1f} min, past the "
                           f"{WARN_AFTER_S // 60}-minute guard (target 30, CI's limit 90): find "
                           "the new cost in the table above before it grows further", red=True)
 
     def pytest_unconfigure(self, config):
-        self.stream.close()
+        if self.stream is not None:
+            try:
+                self.stream.close()
+            except OSError:
+                pass
 
 
 def pytest_configure(config):

@@ -172,3 +172,34 @@ def test_every_package_docstring_names_its_modules():
         missing += [f"{folder.relative_to(REPO)}: {name}" for name in sorted(names)
                     if f"{name}:" not in doc]
     assert not missing, missing
+
+
+MAX_PARAMETERS = 10
+
+
+def test_no_function_takes_more_than_ten_parameters_without_saying_why():
+    """Big signatures are how a config gets taken apart instead of handed down (issue #46):
+    a function over MAX_PARAMETERS takes a settings value (EpisodeSettings, TrialSite,
+    Teacher, Settings), or its docstring (or its class's) says why, naming its count ("Why 12
+    parameters: ...", "its keywords (11) are a SandboxSpec's fields")."""
+    import re
+    unexplained = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if any(path.is_relative_to(p) for p in TASK_PAYLOADS):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        owner = {id(item): node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                 for item in node.body}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = node.args
+            n = len([x for x in a.posonlyargs + a.args + a.kwonlyargs
+                     if x.arg not in ("self", "cls")])
+            if n <= MAX_PARAMETERS:
+                continue
+            doc = " ".join(((ast.get_docstring(node) or "") + " " + (
+                ast.get_docstring(owner[id(node)]) or "" if id(node) in owner else "")).split())
+            if not re.search(rf"\b{n} parameters\b|\({n}\)", doc):
+                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n})")
+    assert not unexplained, unexplained

@@ -19,23 +19,23 @@ import platform
 import shlex
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 
 import numpy as np  # noqa: E402
 
 from t1jax.rollout.agent import run_agent_episode  # noqa: E402
 from t1jax.rollout.chat import IM_END, render_tool_call  # noqa: E402
-from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams  # noqa: E402
+from t1jax.rollout.engine import FINISH_STOP, GenerateResult  # noqa: E402
+from t1jax.rollout.settings import EpisodeSettings  # noqa: E402
+from t1jax.rollout.fan_out import fan_out  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
-from t1jax.rollout.trial import run_trial  # noqa: E402
+from t1jax.rollout.trial import TrialSite, run_trial  # noqa: E402
 from t1jax.sandbox import make_backend  # noqa: E402
-from t1jax.sandbox.base import Limits  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
 from t1jax.verify.reward import pool_scale  # noqa: E402
 
 LAYERS, K = 3, 2
-SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=4096)
+EPISODE = EpisodeSettings(temperature=1.0, max_new_tokens=4096)
 
 
 def solve_command(task) -> str:
@@ -68,7 +68,7 @@ class ReplayEngine:
         raise NotImplementedError
 
 
-def episode(task, tok, backend, image, scale, run_id):
+def episode(task, tok, site):
     """Returns (solved, turns, tool calls, seconds in run_agent_episode, total seconds)."""
     t0 = time.perf_counter()
     engine = ReplayEngine(tok, [render_tool_call(solve_command(task)), "Done."])
@@ -76,12 +76,11 @@ def episode(task, tok, backend, image, scale, run_id):
 
     def play(box):
         t1 = time.perf_counter()
-        traj = run_agent_episode(task, engine, tok, box, sampling=SAMPLING)
+        traj = run_agent_episode(task, engine, tok, box, EPISODE)
         agent_s.append(time.perf_counter() - t1)
         return traj
 
-    outcome = run_trial(task, backend, play, image=image, limits=Limits(), run_id=run_id,
-                        scale=scale)
+    outcome = run_trial(task, site, play)
     if outcome.error is not None:
         raise (outcome.play_error or outcome.verify_error)
     traj, report, agent_s = outcome.played, outcome.report, agent_s[0]
@@ -101,35 +100,34 @@ def main() -> None:
     tasks = tasks[:args.tasks] if args.tasks else tasks
     tok = train_tokenizer()
     t = time.perf_counter()
-    images = {t.task_id: backend.build(t) for t in tasks}
-    print(f"built/checked {len(images)} images in {time.perf_counter() - t:.1f} s")
+    run_id = f"bench-agent-{uuid.uuid4().hex[:8]}"
+    site = TrialSite(backend, run_id=run_id, scale=scale)
+    images = site.images
+    if failed := images.build_all(tasks):
+        raise SystemExit(f"cannot build every task: {failed}")
+    print(f"built/checked {len(images.built)} images in {time.perf_counter() - t:.1f} s")
     load = os.getloadavg()
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, load average "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; python {platform.python_version()}; "
           f"backend {args.backend}; {len(tasks)} tasks round-robin")
-    run_id = f"bench-agent-{uuid.uuid4().hex[:8]}"
     base_rate = None
     print("| concurrent sandboxes | episodes | wall (s) | episodes / min | vs 1 | solved | "
           "mean in agent loop (s) | mean episode (s) | load avg (1 min) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    try:
-        for level in (int(c) for c in args.concurrency.split(",")):
-            jobs = [tasks[i % len(tasks)] for i in range(args.episodes)]
-            t = time.perf_counter()
-            with ThreadPoolExecutor(max_workers=level) as pool:
-                results = list(pool.map(lambda task: episode(
-                    task, tok, backend, images[task.task_id], scale, run_id), jobs))
-            wall = time.perf_counter() - t
-            rate = len(jobs) / wall * 60
-            base_rate = base_rate or rate
-            solved = sum(r[0] for r in results)
-            assert all(r[1] == 2 and r[2] == 1 for r in results), results
-            print(f"| {level} | {len(jobs)} | {wall:.1f} | {rate:.1f} | {rate / base_rate:.2f}x | "
-                  f"{solved}/{len(jobs)} | {np.mean([r[3] for r in results]):.2f} | "
-                  f"{np.mean([r[4] for r in results]):.2f} | {os.getloadavg()[0]:.2f} |",
-                  flush=True)
-    finally:
-        backend.reap(run_id)
+    for level in (int(c) for c in args.concurrency.split(",")):
+        jobs = [tasks[i % len(tasks)] for i in range(args.episodes)]
+        t = time.perf_counter()
+        results = fan_out(jobs, lambda task: episode(task, tok, site), workers=level,
+                          backend=backend, run_id=run_id)
+        wall = time.perf_counter() - t
+        rate = len(jobs) / wall * 60
+        base_rate = base_rate or rate
+        solved = sum(r[0] for r in results)
+        assert all(r[1] == 2 and r[2] == 1 for r in results), results
+        print(f"| {level} | {len(jobs)} | {wall:.1f} | {rate:.1f} | {rate / base_rate:.2f}x | "
+              f"{solved}/{len(jobs)} | {np.mean([r[3] for r in results]):.2f} | "
+              f"{np.mean([r[4] for r in results]):.2f} | {os.getloadavg()[0]:.2f} |",
+              flush=True)
 
 
 if __name__ == "__main__":

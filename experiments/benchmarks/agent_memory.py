@@ -40,7 +40,8 @@ from t1jax.model.transformer import CausalLM  # noqa: E402
 from t1jax.rollout import context as ctx  # noqa: E402
 from t1jax.rollout.agent import run_agent_episode  # noqa: E402
 from t1jax.rollout.chat import render_prefix  # noqa: E402
-from t1jax.rollout.engine import SamplingParams  # noqa: E402
+from t1jax.rollout.engine import SeededCalls  # noqa: E402
+from t1jax.rollout.settings import EpisodeSettings  # noqa: E402
 from t1jax.rollout.jax_engine import JaxEngine  # noqa: E402
 from t1jax.rollout.sample import Sample  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
@@ -95,9 +96,9 @@ def main() -> None:
           f"cache {cache_bytes(cfg, budget) / 2**20:.2f} MiB, one row")
     def episode(turns: int):
         return run_agent_episode(
-            TASK, engine, tok, EchoSandbox(), max_turns=turns, max_tokens=1 << 24,
-            system_prompt=SYSTEM, context=policy,
-            sampling=SamplingParams(temperature=1.0, max_new_tokens=args.max_new, seed=0))
+            TASK, SeededCalls(engine, 0, TASK.task_id, 0), tok, EchoSandbox(), EpisodeSettings(
+                max_turns=turns, max_tokens=1 << 24, system_prompt=SYSTEM, context=policy,
+                temperature=1.0, max_new_tokens=args.max_new))
 
     episode(8)  # compiles the engine's steps outside the measurement
     rows, base = [], None

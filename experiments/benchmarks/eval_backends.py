@@ -29,6 +29,7 @@ from configs import tiny_cpu  # noqa: E402
 from experiments.benchmarks.ppo_step import machine_lines  # noqa: E402
 from t1jax.jobs import build  # noqa: E402
 from t1jax.jobs.recipe import Recipe  # noqa: E402
+from t1jax.rollout.fan_out import Images  # noqa: E402
 
 
 def busy_cpu_s() -> float:
@@ -57,8 +58,10 @@ def evaluate_on(run: Path, label: str, backend: str, tasks: int) -> dict:
             (work / "pool" / "heldout" / task_dir.name).symlink_to(task_dir.resolve())
         recipe = Recipe(config, work)
         policy = build.restored_actor(build.policy(config), run / label / "checkpoints")
-        for task in recipe.split("heldout"):  # image builds are not what is measured
-            recipe.images[task.task_id] = recipe.stack().backend.build(task)
+        # image builds are not what is measured
+        if failed := Images(recipe.stack().backend, recipe.images).build_all(
+                recipe.split("heldout")):
+            raise SystemExit(f"backend {backend} cannot build every task: {failed}")
         busy, own, t = busy_cpu_s(), own_cpu_s(), time.perf_counter()
         summary = recipe.evaluate(label, policy)
         wall, busy, own = time.perf_counter() - t, busy_cpu_s() - busy, own_cpu_s() - own

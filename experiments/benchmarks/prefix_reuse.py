@@ -57,11 +57,10 @@ def main() -> int:
     from tokenizers import Tokenizer
 
     from configs.tiny_cpu import get_config
-    from t1jax.jobs.build import sandbox_backend, sandbox_limits
+    from t1jax.jobs.build import episode_settings, sandbox_backend, trial_site
     from t1jax.model.config import model_config_from
     from t1jax.model.transformer import CausalLM
     from t1jax.rollout.batching import embedded_engine
-    from t1jax.rollout.settings import EpisodeSettings
     from t1jax.rollout.scheduler import RolloutScheduler, TrialRequest, episode_trial
     from t1jax.rollout.tokenizer import train_tokenizer
     from t1jax.curation import families
@@ -86,26 +85,25 @@ def main() -> int:
         families.write_family_pool(pool_dir, seed=config.seed, train_per_family=2,
                                    heldout_per_family=1)
         tok = train_tokenizer(config.model.vocab_size, families.family_corpus(
-            pool_dir, system_prompt=config.agent.system_prompt))
+            pool_dir, system_prompt=config.rollouts.system_prompt))
         policy = "random actor (seed 0)"
     tasks = load_pool(pool_dir / "train").tasks
     backend = sandbox_backend(config.sandbox)
-    limits = sandbox_limits(config.sandbox)
     scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
     requests = [TrialRequest(tasks[i % len(tasks)].task_id, i // len(tasks))
                 for i in range(args.trials)]
-    images = {}
+    # the main job's trial site and EpisodeSettings, as its PPO rollouts play them
+    site = trial_site(config, backend, run_id=f"bench-prefix-{os.getpid()}", scale=scale)
+    episode = episode_settings(config, temperature=config.rl.temperature,
+                               max_tokens=config.rl.max_length,
+                               max_positions=config.model.max_position_embeddings,
+                               engine_len=config.rl.max_length)
 
     def run_arm(sessions: bool, label: str) -> dict:
         batching = embedded_engine(model, max_batch=r.engine_batch, max_len=config.rl.max_length)
         engine = batching if sessions else WithoutSessions(batching)
-        trial = episode_trial(
-            backend, engine, tok, {t.task_id: t for t in tasks}, scale=scale,
-            episode=EpisodeSettings(max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,
-                                    temperature=config.rl.temperature,
-                                    max_tokens=config.rl.max_length,
-                                    system_prompt=config.agent.system_prompt),
-            limits=limits, run_id=f"bench-prefix-{os.getpid()}", images=images, seed=1234)
+        trial = episode_trial(site, engine, tok, {t.task_id: t for t in tasks},
+                              episode=episode, seed=1234)
         scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
         t0 = time.perf_counter()
         step = scheduler.collect(requests, len(requests), oversample=1.0)

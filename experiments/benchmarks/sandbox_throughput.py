@@ -14,12 +14,12 @@ import os
 import platform
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 
 from t1jax.sandbox import make_backend  # noqa: E402
 from t1jax.sandbox.backend import SandboxSpec  # noqa: E402
-from t1jax.sandbox.base import Limits, SandboxError  # noqa: E402
+from t1jax.rollout.fan_out import fan_out  # noqa: E402
+from t1jax.rollout.trial import TrialSite  # noqa: E402
 from t1jax.tasks.pool import default_pool_dir, load_pool  # noqa: E402
 from t1jax.curation.validate import run_episode  # noqa: E402
 from t1jax.verify.reward import pool_scale  # noqa: E402
@@ -51,19 +51,17 @@ def main() -> None:
     backend = make_backend(args.backend)
     tasks = load_pool(default_pool_dir()).tasks
     scale = pool_scale(tasks)
-    images, unbuilt = {}, []
-    for t in tasks:  # a backend that cannot build a task (bwrap's Dockerfile subset) skips it
-        try:
-            images[t.task_id] = backend.build(t)
-        except SandboxError as err:
-            unbuilt.append(f"{t.task_id} ({str(err).splitlines()[0][:120]})")
-    tasks = [t for t in tasks if t.task_id in images]
+    site = TrialSite(backend, run_id="bench", scale=scale)
+    images = site.images
+    # a backend that cannot build a task (bwrap's Dockerfile subset) leaves it out
+    unbuilt = [f"{tid} ({why[:160]})" for tid, why in images.build_all(tasks).items()]
+    tasks = [t for t in tasks if t.task_id in images.built]
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}; backend {args.backend}; {len(tasks)} tasks"
           + (f"; {len(unbuilt)} not buildable here, left out: {'; '.join(unbuilt)}"
              if unbuilt else ""))
 
-    image = images[tasks[0].task_id]
+    image = images.built[tasks[0].task_id]
     times = []
     for _ in range(args.starts):
         t = time.perf_counter()
@@ -80,10 +78,8 @@ def main() -> None:
         for where in args.where.split(","):
             jobs = [tasks[i % len(tasks)] for i in range(args.episodes)]
             t = time.perf_counter()
-            with ThreadPoolExecutor(max_workers=level) as pool:
-                results = list(pool.map(lambda task: run_episode(
-                    task, "oracle", backend, images[task.task_id], scale, limits=Limits(),
-                    verifier=VerifierSettings(where=where), run_id="bench"), jobs))
+            results = fan_out(jobs, lambda task: run_episode(
+                task, "oracle", site, VerifierSettings(where=where)), workers=level)
             wall = time.perf_counter() - t
             rate = len(jobs) / wall * 60
             base_rate = base_rate or rate

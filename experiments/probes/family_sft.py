@@ -18,12 +18,10 @@ Writes `<out>/results.jsonl` (one line per evaluation) and prints a table.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -36,13 +34,12 @@ from t1jax.rl.trainer import Trainer  # noqa: E402
 from t1jax.rollout import agent as agent_lib  # noqa: E402
 from t1jax.rollout import oracle_data  # noqa: E402
 from t1jax.rollout.chat import render_prefix  # noqa: E402
-from t1jax.rollout.engine import SamplingParams  # noqa: E402
+from t1jax.rollout.fan_out import Images, fan_out  # noqa: E402
 from t1jax.rollout.jax_engine import JaxEngine  # noqa: E402
 from t1jax.rollout.sample import load_samples, save_samples  # noqa: E402
 from t1jax.rollout.settings import EpisodeSettings  # noqa: E402
 from t1jax.rollout.tokenizer import train_tokenizer  # noqa: E402
-from t1jax.rollout.trial import run_trial  # noqa: E402
-from t1jax.sandbox.base import Limits  # noqa: E402
+from t1jax.rollout.trial import TrialSite, run_trial  # noqa: E402
 from t1jax.curation import families  # noqa: E402
 from t1jax.tasks.pool import load_pool  # noqa: E402
 from t1jax.verify.reward import INVARIANT, pool_scale  # noqa: E402
@@ -71,13 +68,10 @@ def load_rl(args):
     return rl
 
 
-def episode(task, engine, tok, backend, image, scale, *, temperature, system_prompt, max_len,
-            max_new, max_turns, run_id):
+def episode(task, engine, tok, site, settings):
     t0 = time.monotonic()
-    sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new)
-    outcome = run_trial(task, backend, lambda box: agent_lib.run_agent_episode(
-        task, engine, tok, box, sampling=sampling, max_turns=max_turns, max_tokens=max_len,
-        system_prompt=system_prompt), image=image, limits=Limits(), run_id=run_id, scale=scale)
+    outcome = run_trial(task, site, lambda box: agent_lib.run_agent_episode(
+        task, engine, tok, box, settings))
     if outcome.error is not None:
         raise (outcome.play_error or outcome.verify_error)
     traj, report, t1 = outcome.played, outcome.report, t0 + outcome.play_s
@@ -91,14 +85,13 @@ def episode(task, engine, tok, backend, image, scale, *, temperature, system_pro
             "total_s": time.monotonic() - t0}
 
 
-def evaluate(tasks, engine, tok, backend, image, scale, args, temperature, run_id):
+def evaluate(tasks, engine, tok, site, args, temperature):
     t0 = time.monotonic()
-    fn = functools.partial(episode, engine=engine, tok=tok, backend=backend, image=image,
-                           scale=scale, temperature=temperature, system_prompt=args.system_prompt,
-                           max_len=args.max_len, max_new=args.max_new_tokens,
-                           max_turns=args.max_turns, run_id=run_id)
-    with ThreadPoolExecutor(args.workers) as pool:
-        rows = list(pool.map(fn, tasks))
+    settings = EpisodeSettings(temperature=temperature, max_new_tokens=args.max_new_tokens,
+                               max_turns=args.max_turns, max_tokens=args.max_len,
+                               system_prompt=args.system_prompt)
+    rows = fan_out(tasks, lambda task: episode(task, engine, tok, site, settings),
+                   workers=site.concurrency, backend=site.backend, run_id=site.run_id)
     wall = time.monotonic() - t0
     by_family = {}
     for r in rows:
@@ -171,7 +164,9 @@ def main():
     backend = DockerBackend()
     t0 = time.monotonic()
     image = backend.build(train[0])  # every generated task shares this environment
-    images = {t.task_id: image for t in train + heldout}
+    images = Images(backend, {t.task_id: image for t in train + heldout})
+    site = TrialSite(backend, run_id="probe-eval", scale=scale, concurrency=args.workers,
+                     images=images)
     build_s = time.monotonic() - t0
 
     cfg = tiny_model_config()
@@ -181,10 +176,10 @@ def main():
         samples, skipped = load_samples(cache), []
     else:
         samples, skipped = oracle_data.oracle_samples(
-            train, backend, tok, scale, num_layers=cfg.num_hidden_layers,
-            top_k=cfg.num_experts_per_tok, workers=args.workers,
+            train, site.with_(run_id="probe-sft-oracle"), tok,
+            num_layers=cfg.num_hidden_layers, top_k=cfg.num_experts_per_tok,
             episode=EpisodeSettings(max_tokens=args.max_len, system_prompt=args.system_prompt),
-            images=images, run_id="probe-sft-oracle", final_answer=families.FINAL_ANSWER)
+            teacher=oracle_data.Teacher(final_answer=families.FINAL_ANSWER))
         save_samples(samples, cache)
     oracle_s = time.monotonic() - t0
     lens = [len(s.tokens) for s in samples]
@@ -207,7 +202,7 @@ def main():
     base_temps = [float(t) for t in args.base_temps.split(",") if t]
 
     for temp in base_temps:
-        res = evaluate(eval_tasks, engine, tok, backend, image, scale, args, temp, "probe-eval")
+        res = evaluate(eval_tasks, engine, tok, site, args, temp)
         emit({"phase": "eval", "sft_steps": 0, "train_s": 0.0, "load_avg": os.getloadavg(),
               **res})
 
@@ -228,14 +223,12 @@ def main():
                       f"{last['sft/token_accuracy']:.3f} {dt:.2f}s", flush=True)
         engine.load_weights(trainer.actor_params(), str(done))
         for temp in temps:
-            res = evaluate(eval_tasks, engine, tok, backend, image, scale, args, temp,
-                           "probe-eval")
+            res = evaluate(eval_tasks, engine, tok, site, args, temp)
             emit({"phase": "eval", "sft_steps": done, "train_s": train_s,
                   "step_s_median": float(np.median(step_times[1:] or step_times)),
                   "first_step_s": step_times[0], "nll": last["sft/nll"],
                   "token_accuracy": last["sft/token_accuracy"], "load_avg": os.getloadavg(),
                   "wall_s": time.monotonic() - t_start, **res})
-    backend.reap("probe-eval")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ R3 changes only the training forward, so the four TITO x R3 settings need two se
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import itertools
@@ -33,10 +32,12 @@ from t1jax.rl.batch import pack
 from t1jax.rl.trainer import Settings, actor_forward
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.batching import BatchingEngine
-from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.engine import SeededCalls
+from t1jax.rollout.fan_out import fan_out
 from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample, bucket_lengths, make_sample
-from t1jax.rollout.trial import run_trial
+from t1jax.rollout.settings import EpisodeSettings
+from t1jax.rollout.trial import TrialSite, run_trial
 from t1jax.sandbox.base import Limits
 from t1jax.curation import families
 from t1jax.tasks.task import load_task
@@ -112,24 +113,25 @@ def collect(policy: CausalLM, tasks, tokenizer, backend, *, tito: bool,
             temperature: float = 1.0, concurrency: int = 4,
             system_prompt: str = families.SYSTEM_PROMPT, limits: Limits = Limits()) -> Rollouts:
     """Run `episodes` agent episodes (tasks round-robin, one fresh sandbox each) with the
-    embedded engine holding `policy` cast to `rollout_dtype`. Episode i samples with a seed made
-    of (seed, i), so two calls that differ only in `tito` start every episode identically."""
+    embedded engine holding `policy` cast to `rollout_dtype`. Episode i's calls sample with seeds
+    made of (seed, task, i, call) (SeededCalls), so two calls that differ only in `tito` start
+    every episode identically."""
     engine = JaxEngine(cast_policy(policy, rollout_dtype), max_batch=concurrency,
                        max_len=max_tokens, prefill_buckets=(64, 128, 256, 512, 1024))
     recorder = _Recorder(BatchingEngine(engine))
-    run_id = f"mismatch-study-{uuid.uuid4().hex[:8]}"
     chosen = [tasks[i % len(tasks)] for i in range(episodes)]
-    images = {t.task_id: backend.build(t) for t in chosen}  # built once, cached by content
+    # not graded (no scale); each task's image built once, cached by content
+    site = TrialSite(backend, limits, run_id=f"mismatch-study-{uuid.uuid4().hex[:8]}",
+                     concurrency=concurrency)
 
     def episode(i: int) -> Sample:
         task = chosen[i]
-        sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens,
-                                  seed=seed * 100_003 + i)
-        outcome = run_trial(
-            task, backend, lambda box: run_agent_episode(
-                task, recorder, tokenizer, box, sampling=sampling, max_turns=max_turns,
-                max_tokens=max_tokens, system_prompt=system_prompt, tito=tito),
-            image=images[task.task_id], limits=limits, run_id=run_id)  # no scale: not graded
+        episode = EpisodeSettings(temperature=temperature, max_new_tokens=max_new_tokens,
+                                  max_turns=max_turns, max_tokens=max_tokens,
+                                  system_prompt=system_prompt, tito=tito)
+        seeded = SeededCalls(recorder, seed, task.task_id, i)  # both arms: the same draws
+        outcome = run_trial(task, site, lambda box: run_agent_episode(task, seeded, tokenizer,
+                                                                      box, episode))
         if outcome.play_error is not None:
             raise outcome.play_error
         traj = outcome.played
@@ -137,11 +139,8 @@ def collect(policy: CausalLM, tasks, tokenizer, backend, *, tito: bool,
         sample.metadata["retokenized_drift"] = traj.retokenized_drift
         return sample
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-            samples = list(pool.map(episode, range(episodes)))
-    finally:
-        backend.reap(run_id)
+    samples = fan_out(range(episodes), episode, workers=site.concurrency, backend=backend,
+                      run_id=site.run_id, name="mismatch")
     noncanonical = sum(
         ids != tokenizer.encode(tokenizer.decode(ids, skip_special_tokens=False),
                                 add_special_tokens=False).ids for ids in recorder.outputs)

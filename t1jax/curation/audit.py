@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from t1jax.sandbox.base import Limits, SandboxError
 from t1jax.curation.audit_static import (check_coverage, file_texts, instruction_clarity,
                                      output_paths, secret_files, solution_substance, static_leaks)
-from t1jax.curation.llm import chat
+from t1jax.curation.llm import LLMConfig, chat
 from t1jax.curation.validate import run_episode
+from t1jax.rollout.fan_out import ImageBuildError, fan_out
+from t1jax.rollout.trial import TrialSite
 from t1jax.verify.reward import INVARIANT, pool_scale, static_assertion_count
 from t1jax.verify.verifier import VerifierSettings
 
@@ -107,18 +107,17 @@ def scan_image(sandbox) -> dict:
             "files": {p: d for p, d in files.items() if p not in _OUT}}
 
 
-def _probe(name, task, backend, image, scale, opts):
+def _probe(name, task, site, verifier, judge):
     """(episode result, agent changes, image scan), or the judge's scores, or the exception
     (recorded on the task, never raised)."""
     try:
         if name == "judge":
-            return opts["judge"](task)
+            return judge(task)
         prepare = shortcut_agent(task, SHORTCUTS[name]) if name in SHORTCUTS else \
             scan_image if name == "nothing" else None
-        probe = _ProbeBackend(backend, prepare)
-        result = run_episode(task, "oracle" if name == "oracle" else "nothing", probe, image,
-                             scale, limits=opts["limits"], verifier=opts["verifier"],
-                             run_id=opts["run_id"], allow_network=opts["allow_network"])
+        probe = _ProbeBackend(site.backend, prepare)  # the images stay the site's
+        result = run_episode(task, "oracle" if name == "oracle" else "nothing",
+                             site.with_(backend=probe), verifier)
         return result, probe.seen or [], probe.prepared
     except Exception as err:
         return err
@@ -136,8 +135,8 @@ def score_task(task, runs: dict) -> AuditReport:
     ep = {n: g[0] for n, g in runs.items() if isinstance(g, tuple)}
     for name, got in runs.items():
         if isinstance(got, BaseException) and name != "judge":
-            hard.append(f"{'build failed' if name == 'build' else f'audit error: {name} probe'}:"
-                        f" {type(got).__name__}: {got}")
+            hard.append(str(got) if name == "build" else
+                        f"audit error: {name} probe: {type(got).__name__}: {got}")
     for name, r in ep.items():
         details["probes"][name] = {"error": r.error, **({} if r.report is None else dict(
             passed=r.report.passed, total=r.report.total, goal=_goal(r)[:2],
@@ -210,47 +209,38 @@ def score_task(task, runs: dict) -> AuditReport:
                        bool(hard), hard + [f"note: {n}" for n in notes], details)
 
 
-def audit_pool(tasks, backend, *, concurrency: int = 4, progress=None, judge=None,
-               run_id: str = "adhoc", limits: Limits = Limits(),
-               verifier: VerifierSettings = VerifierSettings(), scale=None,
-               allow_network: bool = False) -> list[AuditReport]:
-    """Build every image, run all probes in parallel sandboxes, score; best first, rejected
-    last. `judge(task) -> {dim: score}` (e.g. a partial of llm_judge) is optional."""
-    opts = dict(limits=limits, verifier=verifier, run_id=run_id, allow_network=allow_network,
-                judge=judge)
-    scale = scale or pool_scale(tasks)
-    images, runs = {}, {t.task_id: {} for t in tasks}
-    for task in tasks:  # builds are CPU-bound: one at a time
-        try:
-            images[task.task_id] = backend.build(task)
-        except SandboxError as err:
-            runs[task.task_id]["build"] = err
-        if progress:
-            progress("build", task.task_id)
+def audit_pool(tasks, site: TrialSite, *, verifier: VerifierSettings = VerifierSettings(),
+               judge=None, progress=None) -> list[AuditReport]:
+    """Build every image, run all probes in parallel sandboxes (at most site.concurrency;
+    site.scale, default the pool's own, grades them), score; best first, rejected last.
+    `judge(task) -> {dim: score}` (e.g. a partial of llm_judge) is optional. An interrupt does
+    not wait for running probes; the caller reaps their sandboxes (site.run_id)."""
+    site = site if site.scale is not None else site.with_(scale=pool_scale(tasks))
+    runs = {t.task_id: {} for t in tasks}
+    for task_id, why in site.images.build_all(tasks, progress and (
+            lambda tid: progress("build", tid))).items():
+        runs[task_id]["build"] = ImageBuildError(why)
     names = PROBES + (("judge",) if judge else ())
     for task_id in (t for t in runs if progress and "build" in runs[t]):
         for name in names:  # probes that will not run still count as done
             progress("judge" if name == "judge" else "probe", f"{task_id}/{name}")
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
-    try:
-        futures = {pool.submit(_probe, n, t, backend, images[t.task_id], scale, opts):
-                   (t.task_id, n) for t in tasks if t.task_id in images for n in names}
-        for future in as_completed(futures):
-            task_id, name = futures[future]
-            runs[task_id][name] = future.result()
-            if progress:
-                progress("judge" if name == "judge" else "probe", f"{task_id}/{name}")
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # the caller reaps running sandboxes
-        raise
-    pool.shutdown()
+    jobs = [(t, n) for t in tasks if "build" not in runs[t.task_id] for n in names]
+
+    def done(job, got) -> None:
+        task, name = job
+        runs[task.task_id][name] = got
+        if progress:
+            progress("judge" if name == "judge" else "probe", f"{task.task_id}/{name}")
+
+    fan_out(jobs, lambda job: _probe(job[1], job[0], site, verifier, judge),
+            workers=site.concurrency, on_done=done, name="audit")
     reports = [score_task(t, runs[t.task_id]) for t in tasks]
     return sorted(reports, key=lambda r: (r.rejected, -r.quality, r.task_id))
 
 
-def audit_task(task, backend, *, run_id: str, judge=None, **options) -> AuditReport:
+def audit_task(task, site: TrialSite, **options) -> AuditReport:
     """Audit one task; options as for audit_pool."""
-    return audit_pool([task], backend, run_id=run_id, judge=judge, **options)[0]
+    return audit_pool([task], site, **options)[0]
 
 
 _JUDGE_PROMPT = """You review tasks used to train terminal agents with reinforcement learning.
@@ -263,17 +253,17 @@ Reply with only a JSON object: {"instruction.clarity": x, "value.task_value": y,
 "rationale": "one or two sentences"}"""
 
 
-def llm_judge(task, base_url: str, model: str = "default", **chat_options) -> dict:
-    """JUDGE_DIMS scores (and a rationale) from an OpenAI-compatible server; JudgeError or
-    LLMError when it cannot give them."""
+def llm_judge(task, llm: LLMConfig) -> dict:
+    """JUDGE_DIMS scores (and a rationale) from an OpenAI-compatible server (configs/audit.py
+    asks for a short reply: judge.max_tokens); JudgeError or LLMError when it cannot give
+    them."""
     tests = "\n\n".join(f"# {rel}\n{text[:3000]}" for rel, text in
                         file_texts(task.test_files().items()).items() if rel.endswith(".py"))
     user = (f"Difficulty: {task.difficulty or 'unset'}; category: {task.category or 'unset'}\n\n"
             f"## Instruction (what the agent sees)\n{task.instruction[:6000]}\n\n"
             f"## Tests (hidden from the agent)\n{tests[:6000]}")
-    return parse_judge(chat(base_url, [{"role": "system", "content": _JUDGE_PROMPT},
-                                       {"role": "user", "content": user}],
-                            model=model, max_tokens=400, **chat_options))
+    return parse_judge(chat(llm, [{"role": "system", "content": _JUDGE_PROMPT},
+                                  {"role": "user", "content": user}]))
 
 
 def parse_judge(text: str) -> dict:

@@ -7,7 +7,9 @@ wrong port or a missing model is obvious from the message alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -27,16 +29,38 @@ def endpoint(base_url: str) -> str:
     return f"{base}/v1/chat/completions"
 
 
-def chat(base_url: str, messages: list[dict], *, model: str = "default",
-         temperature: float = 0.0, max_tokens: int = 2048, timeout_s: float = 120.0,
-         api_key: str | None = None) -> str:
-    """One chat completion; returns choices[0].message.content. Raises LLMError."""
-    url = endpoint(base_url)
-    body = json.dumps({"model": model, "messages": messages, "temperature": temperature,
-                       "max_tokens": max_tokens}).encode()
+@dataclasses.dataclass(frozen=True)
+class LLMConfig:
+    """A chat server and how to ask it, for every caller (synthesis's rewriter, the audit's
+    judge); the defaults are written here once (configs/common.py llm_config takes them)."""
+    base_url: str = ""  # "": no server (the caller's feature is off)
+    model: str = "default"
+    temperature: float = 0.0
+    max_tokens: int = 2048
+    timeout_s: float = 120.0
+    api_key: str | None = None  # sent as a Bearer token when set
+
+    def replace(self, **changes) -> "LLMConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_config(cls, block) -> "LLMConfig":
+        """From a config's llm_config() block; its api_key_env names the environment variable
+        holding the key (a key itself never sits in a config, which runs record)."""
+        key = os.environ.get(block.api_key_env) if block.api_key_env else None
+        return cls(base_url=block.base_url, model=block.model, temperature=block.temperature,
+                   max_tokens=block.max_tokens, timeout_s=block.timeout_s, api_key=key or None)
+
+
+def chat(llm: LLMConfig, messages: list[dict]) -> str:
+    """One chat completion from `llm`; returns choices[0].message.content. Raises LLMError."""
+    url = endpoint(llm.base_url)
+    timeout_s = llm.timeout_s
+    body = json.dumps({"model": llm.model, "messages": messages,
+                       "temperature": llm.temperature, "max_tokens": llm.max_tokens}).encode()
     headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+    if llm.api_key:
+        headers["Authorization"] = f"Bearer {llm.api_key}"
     for attempt in range(RETRIES + 1):
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:

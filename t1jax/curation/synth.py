@@ -16,11 +16,11 @@ import re
 import shutil
 import tomllib
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from t1jax.rollout.trial import run_trial
-from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.rollout.fan_out import ImageBuildError, fan_out
+from t1jax.rollout.trial import TrialSite, run_trial
+from t1jax.sandbox.base import SandboxError
 from t1jax.curation.synth_operators import (LLMConfig, Operator, Output, Parent, Rewrite,
                                          RewriteError, make_operators, top_level_names)
 from t1jax.tasks.task import TaskFormatError, load_task
@@ -218,94 +218,86 @@ def judge(new: set[str], oracle, nothing, parent_run) -> str | None:
 class Synthesizer:
     """The sandbox work: parents' outputs, and the three validation runs of each candidate."""
 
-    def __init__(self, backend, *, concurrency=4, limits=Limits(),
-                 verifier: VerifierSettings = VerifierSettings(), run_id="synth",
-                 allow_network=False):
-        self.backend, self.limits, self.verifier = backend, limits, verifier
-        self.run_id, self.allow_network = run_id, allow_network
-        self.pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    def __init__(self, site: TrialSite, verifier: VerifierSettings = VerifierSettings()):
+        self.site, self.verifier = site, verifier
 
-    def episode(self, task, solver, image: str | None, *, check=True, collect=False):
-        """`solver`'s reference solution (None: do nothing) in a fresh sandbox of `image` (None:
-        build `task`'s), then `task`'s tests: (report or None, outputs, error). Never raises for
-        a task's own failure."""
+    def episode(self, task, solver, *, check=True, collect=False):
+        """`solver`'s reference solution (None: do nothing) in a fresh sandbox of `task`'s
+        image (built once), then `task`'s tests: (report or None, outputs, error). Never
+        raises for a task's own failure."""
         def play(sandbox):
             if solver is not None:
                 run_agent("oracle", solver, sandbox)
-            return collect_outputs(self.backend, sandbox) if collect else ()
+            return collect_outputs(self.site.backend, sandbox) if collect else ()
 
-        catch = (SandboxError, OSError, ValueError)
-        try:
-            image = image or self.backend.build(task)
-        except catch as err:
-            return None, (), f"{type(err).__name__}: {err}"
         scale = GlobalScale(max(static_assertion_count(task), 1), "synthesis") if check else None
-        outcome = run_trial(task, self.backend, play, image=image, limits=self.limits,
-                            run_id=self.run_id, scale=scale, verifier=self.verifier,
-                            allow_network=self.allow_network, grade_failed_play=False,
-                            catch=catch)
+        outcome = run_trial(task, self.site.with_(scale=scale), play, verifier=self.verifier,
+                            grade_failed_play=False,
+                            catch=(SandboxError, OSError, ValueError, ImageBuildError))
         if outcome.error is not None:
-            return None, (), outcome.error
+            return None, (), (str(outcome.play_error) if isinstance(
+                outcome.play_error, ImageBuildError) else outcome.error)
         report = outcome.report
         return report, outcome.played, report.error if report else None
 
     def collect(self, nodes: list[Node], progress) -> dict[str, str]:
         """Fill in each node's outputs from one oracle run; returns task id -> error."""
         errors = {}
-        for node, future in [(n, self.pool.submit(self.episode, n.task, n.task, None,
-                                                  check=False, collect=True)) for n in nodes]:
-            _, node.outputs, error = future.result()
+
+        def done(node, got) -> None:
+            _, node.outputs, error = got
             if error:
                 errors[node.task.task_id] = error
             progress("step", f"outputs of {node.task.task_id}")
+
+        fan_out(nodes, lambda n: self.episode(n.task, n.task, check=False, collect=True),
+                workers=self.site.concurrency, on_done=done, name="synth")
         return errors
 
     def validate(self, pending: list[tuple[Candidate, object]], progress) -> None:
-        """Judge each (candidate, parent task) whose directory is written; sets its status."""
-        runs = []
+        """Judge each (candidate, parent task) whose directory is written; sets its status:
+        three runs each (its own oracle, doing nothing, the parent's oracle) on its image."""
+        jobs = []
         for cand, parent_task in pending:
             try:
                 child = load_task(cand.path)
-                image = self.backend.build(child)
-                runs.append([self.pool.submit(self.episode, child, solver, image,
-                                              collect=solver is child)
-                             for solver in (child, None, parent_task)])
-            except (TaskFormatError, SandboxError) as err:
+                self.site.images.get(child)
+            except (TaskFormatError, ImageBuildError) as err:
                 cand.status, cand.reason = "rejected", f"invalid new task: {err}"
-                runs.append(None)
-        for (cand, parent_task), run in zip(pending, runs):
-            if run is not None:
-                oracle, nothing, parent_run = (f.result() for f in run)
-                reason = judge(set(cand.new_tests), oracle, nothing, parent_run) \
-                    if cand.new_tests else "no new test functions"
-                cand.status, cand.reason = ("rejected", reason) if reason else ("accepted", "")
-                if oracle[0] is not None:
-                    cand.assertions, cand.outputs = oracle[0].total, oracle[1]
+                progress("step", f"{cand.task_id}: {cand.status}")
+                continue
+            jobs += [(cand, child, solver) for solver in (child, None, parent_task)]
+        runs = fan_out(jobs, lambda j: self.episode(j[1], j[2], collect=j[2] is j[1]),
+                       workers=self.site.concurrency, name="synth")
+        for i in range(0, len(jobs), 3):
+            cand = jobs[i][0]
+            oracle, nothing, parent_run = runs[i:i + 3]
+            reason = judge(set(cand.new_tests), oracle, nothing, parent_run) \
+                if cand.new_tests else "no new test functions"
+            cand.status, cand.reason = ("rejected", reason) if reason else ("accepted", "")
+            if oracle[0] is not None:
+                cand.assertions, cand.outputs = oracle[0].total, oracle[1]
             progress("step", f"{cand.task_id}: {cand.status}")
 
 
-def synthesize(seed_tasks, backend, out_dir, *, rounds: int = 2, seed: int = 0,
+def synthesize(seed_tasks, site: TrialSite, out_dir, *, rounds: int = 2, seed: int = 0,
                operators=None, per_round_limit: int = 8, llm: LLMConfig | None = None,
-               progress=None, **sandbox) -> SynthReport:
+               verifier: VerifierSettings = VerifierSettings(), progress=None) -> SynthReport:
     """Run `rounds` rounds from `seed_tasks` (round 0) into `out_dir`: accepted tasks go to
     round-<r>/<id>/, rejected ones to rejected/<id>/ (with reason.txt); then summary.md and
     lineage.jsonl. `progress(kind, what, n)` hears "round" (n: steps planned), "grow" (n: steps
-    added), "step" and "round_done"; `sandbox`: Synthesizer's options (concurrency, limits...)."""
+    added), "step" and "round_done". The sandbox work runs at `site` (at most
+    site.concurrency at once); an interrupt does not wait, the caller reaps (site.run_id)."""
     (out_dir := Path(out_dir)).mkdir(parents=True, exist_ok=True)
     ops = make_operators(operators, llm)
     report = SynthReport(rounds, seed, [op.name for op in ops])
     taken = {t.task_id for t in seed_tasks}
     frontier = [Node(t, t.task_id, chain=(t.task_id,)) for t in seed_tasks]
-    synth = Synthesizer(backend, **sandbox)
-    try:
-        for rnd in range(1, rounds + 1):
-            if frontier:
-                frontier = _round(rnd, frontier, synth, ops, report, out_dir, taken, seed,
-                                  per_round_limit, progress or (lambda *a: None))
-    except BaseException:  # interrupted: do not wait; the caller reaps the sandboxes
-        synth.pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    synth.pool.shutdown()
+    synth = Synthesizer(site, verifier)
+    for rnd in range(1, rounds + 1):
+        if frontier:
+            frontier = _round(rnd, frontier, synth, ops, report, out_dir, taken, seed,
+                              per_round_limit, progress or (lambda *a: None))
     (out_dir / "summary.md").write_text(summary_markdown(report))
     with open(out_dir / "lineage.jsonl", "w") as f:
         f.writelines(json.dumps(c.to_dict()) + "\n" for c in report.candidates)

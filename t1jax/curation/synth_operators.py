@@ -8,11 +8,12 @@ leave the environment unchanged; `llm_rewrite` asks an OpenAI-compatible endpoin
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import re
 import shlex
 from dataclasses import dataclass
+
+from t1jax.curation.llm import LLMConfig
 
 MAX_OUTPUTS = 200  # more would make the instruction a file listing
 _SAFE_PATH = re.compile(r"[^\x00-\x1f\x7f\\]+")  # sha256sum escapes backslash/newline names
@@ -298,16 +299,6 @@ new. Each test must fail when only the original solution ran, and pass once the 
 """
 
 
-@dataclass(frozen=True)
-class LLMConfig:
-    base_url: str
-    model: str = "default"
-    temperature: float = 0.0
-    max_tokens: int = 2048
-    timeout_s: float = 120.0
-    api_key: str | None = None  # sent as a Bearer token when set
-
-
 def llm_prompt(parent: Parent, prefix: str) -> list[dict]:
     def clip(text: str, limit: int = 8000) -> str:
         return text if len(text) <= limit else text[:limit] + "\n[... truncated]"
@@ -381,8 +372,7 @@ class LLMRewrite(Operator):
     def rewrite(self, parent: Parent) -> Rewrite:
         from t1jax.curation.llm import LLMError, chat  # only runs that use a model need it
         try:
-            reply = chat(messages=llm_prompt(parent, self.prefix(parent)),
-                         **dataclasses.asdict(self.config))
+            reply = chat(self.config, llm_prompt(parent, self.prefix(parent)))
         except LLMError as err:
             raise RewriteError(f"LLM request failed: {err}")
         source = (parent.task.tests_dir / "test_outputs.py").read_text(errors="replace")

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from t1jax.rollout.trial import run_trial
-from t1jax.sandbox.backend import Backend
-from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.rollout.fan_out import ImageBuildError, fan_out
+from t1jax.rollout.trial import TrialSite, run_trial
+from t1jax.sandbox.base import SandboxError
 from t1jax.tasks.task import resolve_env
 from t1jax.verify.reward import GlobalScale, goal_assertions, pool_scale
 from t1jax.verify.verifier import VerifierReport, VerifierSettings
@@ -75,15 +74,14 @@ def run_agent(agent: str, task, sandbox):
     return result
 
 
-def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalScale, *,
-                limits: Limits, run_id: str, verifier: VerifierSettings = VerifierSettings(),
-                allow_network: bool = False) -> EpisodeResult:
-    """One trial: fresh sandbox, agent, verification (`verifier`: how and where). Never raises
-    for a task's own failure: the error is recorded on the result."""
-    outcome = run_trial(task, backend, lambda sandbox: run_agent(agent, task, sandbox),
-                        image=image, limits=limits, run_id=run_id, scale=scale,
-                        verifier=verifier, allow_network=allow_network,
-                        grade_failed_play=False, catch=(SandboxError, OSError, ValueError))
+def run_episode(task, agent: str, site: TrialSite,
+                verifier: VerifierSettings = VerifierSettings()) -> EpisodeResult:
+    """One trial at `site` (its scale grades it): fresh sandbox, agent, verification
+    (`verifier`: how and where). Never raises for a task's own failure: the error is recorded
+    on the result."""
+    outcome = run_trial(task, site, lambda sandbox: run_agent(agent, task, sandbox),
+                        verifier=verifier, grade_failed_play=False,
+                        catch=(SandboxError, OSError, ValueError, ImageBuildError))
     report = outcome.report
     error = outcome.error or (report.error if report is not None else None)
     solved = outcome.played
@@ -92,43 +90,30 @@ def run_episode(task, agent: str, backend: Backend, image: str, scale: GlobalSca
                          solve_tail="" if solved is None else solved.output[-SOLVE_TAIL_CHARS:])
 
 
-def validate_pool(tasks, backend: Backend, *, out_dir: Path, concurrency: int = 4,
-                  limits: Limits = Limits(), verifier: VerifierSettings = VerifierSettings(),
-                  run_id: str = "adhoc", scale: GlobalScale | None = None,
-                  agents=AGENTS, progress=None, allow_network: bool = False) -> dict:
-    """Build every task's environment, run each agent on each task in parallel sandboxes, and
-    write results.jsonl + results.md to `out_dir`. Returns the summary dict."""
+def validate_pool(tasks, site: TrialSite, *, out_dir: Path,
+                  verifier: VerifierSettings = VerifierSettings(), agents=AGENTS,
+                  progress=None) -> dict:
+    """Build every task's environment, run each agent on each task in parallel sandboxes (at
+    most site.concurrency; site.scale, default the pool's own, grades them), and write
+    results.jsonl + results.md to `out_dir`. Returns the summary dict. An interrupt does not
+    wait for running episodes; the caller reaps their sandboxes (site.run_id)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    scale = scale or pool_scale(tasks)
-    images, build_errors = {}, {}
-    for task in tasks:  # builds are CPU-bound: one at a time
-        try:
-            images[task.task_id] = backend.build(task)
-        except SandboxError as err:
-            build_errors[task.task_id] = str(err)
-        if progress:
-            progress("build", task.task_id)
+    site = site if site.scale is not None else site.with_(scale=pool_scale(tasks))
+    build_errors = site.images.build_all(tasks, progress and (lambda t: progress("build", t)))
     results: list[EpisodeResult] = [
-        EpisodeResult(t, a, None, 0.0, 0.0, f"build failed: {e}")
-        for t, e in build_errors.items() for a in agents]
-    jobs = [(task, agent) for task in tasks if task.task_id in images for agent in agents]
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
-    try:
-        futures = [pool.submit(run_episode, task, agent, backend, images[task.task_id], scale,
-                               limits=limits, verifier=verifier, run_id=run_id,
-                               allow_network=allow_network)
-                   for task, agent in jobs]
-        for future in as_completed(futures):
-            results.append(future.result())
-            if progress:
-                progress("episode", f"{results[-1].task_id}/{results[-1].agent}")
-    except BaseException:
-        # Interrupted: do not wait for running episodes; the caller reaps their sandboxes.
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
+        EpisodeResult(t, a, None, 0.0, 0.0, why) for t, why in build_errors.items()
+        for a in agents]
+    jobs = [(task, agent) for task in tasks if task.task_id not in build_errors
+            for agent in agents]
+
+    def done(job, result: EpisodeResult) -> None:
+        if progress:
+            progress("episode", f"{result.task_id}/{result.agent}")
+
+    results += fan_out(jobs, lambda job: run_episode(job[0], job[1], site, verifier),
+                       workers=site.concurrency, on_done=done, name="validate")
     results.sort(key=lambda r: (r.task_id, agents.index(r.agent)))
-    summary = summarize(results, scale)
+    summary = summarize(results, site.scale)
     write_tables(results, summary, out_dir)
     return summary
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ def run(config, workdir: Path) -> int:
 
     from t1jax.curation.audit import DIMENSIONS, PROBES, AuditReport, audit_pool, llm_judge, \
         write_reports
+    from t1jax.curation.llm import LLMConfig
     from t1jax.tasks.pool import load_pool
     from t1jax.verify.reward import pool_scale
 
@@ -33,15 +33,11 @@ def run(config, workdir: Path) -> int:
         raise UsageError(f"no tasks found in {pool_dir}")
     judge = None
     if config.judge.base_url:
-        key = os.environ.get(config.judge.api_key_env) if config.judge.api_key_env else None
-        judge = functools.partial(llm_judge, base_url=config.judge.base_url,
-                                  model=config.judge.model, timeout_s=config.judge.timeout_s,
-                                  api_key=key)
+        judge = functools.partial(llm_judge, llm=LLMConfig.from_config(config.judge))
     backend = build.sandbox_backend(config.sandbox)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if reaped := build.reap_best_effort(backend):
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
-    limits = build.sandbox_limits(config.sandbox)
     reports = []
     if tasks:
         scale = pool_scale(tasks, config.verifier.scale_quantile, config.verifier.global_scale)
@@ -51,11 +47,10 @@ def run(config, workdir: Path) -> int:
             if judge:
                 bars["judge"] = progress.add_task("LLM judge", total=len(tasks))
             try:
-                reports = audit_pool(tasks, backend, concurrency=config.sandbox.concurrency,
-                                     progress=lambda kind, what: progress.advance(bars[kind]),
-                                     judge=judge, run_id=run_id, limits=limits, scale=scale,
-                                     verifier=build.verifier_settings(config),
-                                     allow_network=config.sandbox.allow_network)
+                reports = audit_pool(
+                    tasks, build.trial_site(config, backend, run_id=run_id, scale=scale),
+                    progress=lambda kind, what: progress.advance(bars[kind]), judge=judge,
+                    verifier=build.verifier_settings(config))
             finally:
                 build.reap_best_effort(backend, run_id)  # what an interrupt left running
     zero = {f"{g}.{d}": 0.0 for g, ds in DIMENSIONS.items() for d in ds}

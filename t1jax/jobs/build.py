@@ -121,6 +121,23 @@ class TaskStack:
     scale: Any  # the dense reward's fixed global scale over `tasks`
     limits: Any  # per sandbox, from config.sandbox
 
+    def site(self, config, run_id: str, images=None):
+        """Where this stack's trials run (rollout/trial.py TrialSite): its backend, limits and
+        scale, config.sandbox's concurrency and network, `images` (a fan_out.Images shared
+        with earlier calls; None: a fresh cache)."""
+        return trial_site(config, self.backend, run_id=run_id, scale=self.scale,
+                          images=images, limits=self.limits)
+
+
+def trial_site(config, backend, *, run_id: str, scale=None, images=None, limits=None):
+    """A TrialSite at `backend` with config.sandbox's limits (or `limits`), concurrency and
+    network, labelling its sandboxes `run_id`, grading on `scale` (None: not graded)."""
+    from t1jax.rollout.trial import TrialSite
+    s = config.sandbox
+    return TrialSite(backend, limits or sandbox_limits(s), run_id=run_id,
+                     allow_network=s.allow_network, scale=scale, concurrency=s.concurrency,
+                     images=images)
+
 
 def task_stack(config, tasks, tokenizer=None) -> TaskStack:
     """`tasks` with config.sandbox's backend and limits and config.verifier's reward scale."""
@@ -279,14 +296,13 @@ def publish_weights(client, model, weights_dir: Path, version, extra_files=()) -
 
 
 # -- live rollouts -------------------------------------------------------------------------------
-def tool_format(config, hf_path: str | None = None) -> str:
-    """How the policy writes tool calls: config.rollouts.tool_format, else its checkpoint's
-    (hf_path; default config.init.hf_path, the recipe's base policy) or tokenizer's chat
-    template, else qwen3_json (chat.resolve_tool_format)."""
+def tool_format(config) -> str:
+    """How the policy writes tool calls: config.rollouts.tool_format, else its base checkpoint's
+    (config.init.hf_path) or tokenizer's chat template, else qwen3_json
+    (chat.resolve_tool_format)."""
     from t1jax.rollout.chat import resolve_tool_format
     r = config.rollouts
-    return resolve_tool_format(r.tool_format, config.init.hf_path if hf_path is None
-                               else hf_path, os.path.dirname(r.tokenizer))
+    return resolve_tool_format(r.tool_format, config.init.hf_path, os.path.dirname(r.tokenizer))
 
 
 def rollout_seed(config, stage: str) -> int:
@@ -306,26 +322,26 @@ def verifier_settings(config):
 
 
 def episode_settings(config, *, temperature: float, max_tokens: int, max_positions: int,
-                     system_prompt: str | None = None, top_p: float = 1.0,
-                     timeout_s: float | None = None):
+                     engine_len: int, top_p: float = 1.0, timeout_s: float = 0.0):
     """The job's one EpisodeSettings (t1jax/rollout/settings.py) from config.rollouts (turns,
-    reply length, tool format, TITO, context policy), config.sandbox (command timeout,
-    observation cap) and config.verifier. The sampling temperature and the trial's token
-    budget are the caller's: training samples at rl.temperature within rollouts.trial_tokens,
-    an evaluation at its own temperature within one row. max_positions: the model's, which a
-    context policy's chunks must fit. A context setting that cannot work is a UsageError."""
+    reply length, system prompt, tool format, TITO, context policy), config.sandbox (command
+    timeout, observation cap) and config.verifier. The caller's: the sampling temperature and
+    top_p, the trial's token budget (max_tokens) and wall clock (0: the task's): training
+    samples at rl.temperature within rollouts.trial_tokens, an evaluation at eval.temperature
+    within one engine context. A context policy's chunks fit max_positions (the model's) and
+    engine_len (the engine's cache). A setting that cannot work is a UsageError."""
     from t1jax.rollout import context
     from t1jax.rollout.settings import EpisodeSettings
     r = config.rollouts
     try:
-        policy = context.from_config(r, max_positions, config.rl.max_length)
+        policy = context.from_config(r, max_positions, engine_len)
         return EpisodeSettings(
             max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, temperature=temperature,
-            top_p=top_p, max_tokens=max_tokens, timeout_s=timeout_s,
+            top_p=top_p, max_tokens=max_tokens, timeout_s=timeout_s or None,
             command_timeout_s=config.sandbox.command_timeout_s,
-            max_observation_bytes=config.sandbox.max_output_bytes, system_prompt=system_prompt,
-            tool_format=tool_format(config), tito=r.tito, context=policy,
-            verifier=verifier_settings(config))
+            max_observation_bytes=config.sandbox.max_output_bytes,
+            system_prompt=r.system_prompt or None, tool_format=tool_format(config),
+            tito=r.tito, context=policy, verifier=verifier_settings(config))
     except ValueError as err:
         raise UsageError(f"config.rollouts: {err}") from err
 
@@ -341,8 +357,7 @@ def fleet_client(rollouts, model_cfg):
                        timeout_s=r.fleet_timeout_s, retries=r.fleet_retries)
 
 
-def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
-                  system_prompt: str | None = None, stage: str = "ppo"):
+def live_rollouts(config, trainer, workdir: Path, stack: TaskStack, stage: str = "ppo"):
     """Rollouts of the stack's tasks by the trainer's policy (config.rollouts, config.sandbox,
     config.rl), sampled with rollout_seed(config, stage)."""
     from t1jax.rollout.batching import embedded_engine
@@ -391,13 +406,12 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack,
                          "policy (config.rollouts.compaction), whose chunks each fit a row")
     episode = episode_settings(config, temperature=config.rl.temperature, max_tokens=trial_tokens,
                                max_positions=trainer.cfg.max_position_embeddings,
-                               system_prompt=system_prompt)
+                               engine_len=config.rl.max_length)
     tasks = stack.tasks
-    trial = episode_trial(stack.backend, engine, stack.tokenizer, {t.task_id: t for t in tasks},
-                          scale=stack.scale, episode=episode, limits=stack.limits,
-                          run_id=f"train-{workdir.name}" + (f"-p{processes[0]}"
-                                                             if processes[1] > 1 else ""),
-                          seed=rollout_seed(config, stage))
+    site = stack.site(config, f"train-{workdir.name}" + (f"-p{processes[0]}"
+                                                           if processes[1] > 1 else ""))
+    trial = episode_trial(site, engine, stack.tokenizer, {t.task_id: t for t in tasks},
+                          episode=episode, seed=rollout_seed(config, stage))
     scheduler = RolloutScheduler(trial, max_concurrency=config.sandbox.concurrency)
     return LiveRollouts(scheduler, tasks, EpochSampler(len(tasks), config.seed), engine,
                         batch_size=r.batch_size, oversample=r.oversample,

@@ -17,25 +17,24 @@ def _check(config) -> None:
     from t1jax.rollout.evaluate import HARNESSES, INTERNET_POLICIES
     check_choices(config, {"harness": HARNESSES, "rollouts.engine": ENGINES,
                            "internet_tasks": INTERNET_POLICIES})
-    r = config.rollouts
+    r, e = config.rollouts, config.eval
     if r.engine == "fleet" and not r.fleet_urls:
         raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
-    if r.engine == "fleet" and (config.policy.checkpoint or config.policy.hf_path):
+    if r.engine == "fleet" and (config.policy.checkpoint or config.init.hf_path):
         raise UsageError("config.rollouts.engine='fleet' evaluates what the servers hold; drop "
-                         "config.policy.checkpoint / hf_path (load them into the servers)")
-    if config.policy.checkpoint and config.policy.hf_path:
-        raise UsageError("set config.policy.checkpoint or config.policy.hf_path, not both")
-    for name, value in (("attempts", config.attempts),
+                         "config.policy.checkpoint / config.init.hf_path (load them into the "
+                         "servers)")
+    if config.policy.checkpoint and config.init.hf_path:
+        raise UsageError("set config.policy.checkpoint or config.init.hf_path, not both")
+    for name, value in (("eval.attempts", e.attempts), ("eval.max_tokens", e.max_tokens),
                         ("rollouts.max_new_tokens", r.max_new_tokens),
-                        ("rollouts.max_turns", r.max_turns), ("max_tokens", config.max_tokens),
-                        ("rollouts.engine_batch", r.engine_batch)):
+                        ("rollouts.max_turns", r.max_turns),
+                        ("rollouts.engine_batch", r.engine_batch),
+                        ("sandbox.concurrency", config.sandbox.concurrency)):
         if value < 1:
             raise UsageError(f"config.{name} must be >= 1, got {value}")
-    if config.sandbox.concurrency < 1:
-        raise UsageError(f"config.sandbox.concurrency must be >= 1, got "
-                         f"{config.sandbox.concurrency}")
-    if config.temperature < 0:
-        raise UsageError(f"config.temperature must be >= 0, got {config.temperature}")
+    if e.temperature < 0:
+        raise UsageError(f"config.eval.temperature must be >= 0, got {e.temperature}")
 
 
 def load_policy(config):
@@ -51,14 +50,15 @@ def load_policy(config):
         if step not in steps:
             raise UsageError(f"no finished checkpoint for step {step} in {p.checkpoint} "
                              f"(have steps {steps})")
-    if p.hf_path and not Path(p.hf_path).is_dir():
-        raise UsageError(f"config.policy.hf_path={p.hf_path} is not a directory")
+    hf_path = config.init.hf_path
+    if hf_path and not Path(hf_path).is_dir():
+        raise UsageError(f"config.init.hf_path={hf_path} is not a directory")
     model = build.policy(config, mesh)
     if p.checkpoint:
         return build.restored_actor(model, p.checkpoint, step), f"step_{step:04d}"
-    if p.hf_path:
+    if hf_path:
         from t1jax.model.hf_io import load_hf
-        return load_hf(model, p.hf_path), Path(p.hf_path).name
+        return load_hf(model, hf_path), Path(hf_path).name
     return model, "base"
 
 
@@ -92,18 +92,16 @@ def run(config, workdir: Path) -> int:
     tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
                                  task_filter=config.task_filter)
 
-    r = config.rollouts
+    r, e = config.rollouts, config.eval
     tok = build.tokenizer(r.tokenizer)
     from t1jax.model.config import model_config_from
-    from t1jax.rollout import context as ctx
-    try:
-        context = ctx.from_config(r, model_config_from(config.model).max_position_embeddings,
-                                  config.max_tokens)
-    except ValueError as err:
-        raise UsageError(f"config: {err}") from err
-    engine_len = context.budget if context is not None else config.max_tokens  # one chunk
-    # with compaction a trial may span chunks: its own budget (0: one engine context)
-    trial_tokens = (r.trial_tokens if context is not None else 0) or config.max_tokens
+    # with compaction a trial may span chunks (rollouts.trial_tokens, 0: one engine context)
+    trial_tokens = (r.trial_tokens if r.compaction != "none" else 0) or e.max_tokens
+    episode = build.episode_settings(
+        config, temperature=e.temperature, top_p=e.top_p, max_tokens=trial_tokens,
+        max_positions=model_config_from(config.model).max_position_embeddings,
+        engine_len=e.max_tokens, timeout_s=e.timeout_s)
+    engine_len = episode.context.budget if episode.context is not None else e.max_tokens
     if r.engine == "embedded":
         from t1jax.rollout.batching import embedded_engine
         model, default_label = load_policy(config)
@@ -124,21 +122,11 @@ def run(config, workdir: Path) -> int:
     if recorded is not None:  # a trained policy: scored on its run's scale, not these tasks'
         stack = dataclasses.replace(stack, scale=recorded)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from t1jax.rollout.settings import EpisodeSettings
-    episode = EpisodeSettings(
-        max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, temperature=config.temperature,
-        top_p=config.top_p, max_tokens=trial_tokens, timeout_s=config.timeout_s or None,
-        command_timeout_s=config.sandbox.command_timeout_s,
-        max_observation_bytes=config.sandbox.max_output_bytes,
-        system_prompt=config.system_prompt or None, context=context,
-        tool_format=build.tool_format(config, hf_path=config.policy.hf_path),
-        verifier=build.verifier_settings(config))
-    seed = r.sampling_seed
-    seed = derived_seed(config.seed, "eval") if seed < 0 else int(seed)
+    seed = derived_seed(config.seed, "eval") if e.sampling_seed < 0 else int(e.sampling_seed)
     with job_progress() as progress:
         builds = progress.add_task("build task images", total=len(tasks), info="")
         trials = progress.add_task(f"{label} trials ({config.harness})",
-                                   total=len(tasks) * config.attempts, info="")
+                                   total=len(tasks) * e.attempts, info="")
         solved = [0]
 
         def tick(kind: str, what: str) -> None:
@@ -150,15 +138,13 @@ def run(config, workdir: Path) -> int:
 
         try:
             summary = evaluate(
-                tasks, engine, tok, stack.backend, episode=episode, label=label,
-                attempts=config.attempts, harness=config.harness, limits=stack.limits,
-                scale=stack.scale, out_dir=workdir, concurrency=config.sandbox.concurrency,
-                allow_network=config.sandbox.allow_network,
-                internet_tasks=config.internet_tasks, run_id=run_id, seed=seed, progress=tick)
+                tasks, engine, tok, stack.site(config, run_id), episode=episode, label=label,
+                attempts=e.attempts, harness=config.harness, out_dir=workdir,
+                internet_tasks=config.internet_tasks, seed=seed, progress=tick)
         finally:
             stack.backend.reap(run_id)  # whatever an interrupt left running
         # skipped tasks never get a trial: fill the bar so it ends complete
-        progress.update(trials, completed=len(tasks) * config.attempts)
+        progress.update(trials, completed=len(tasks) * e.attempts)
     print((workdir / "summary.md").read_text())
     print(json.dumps({k: v for k, v in summary.items()
                       if k not in ("by_category", "by_difficulty")}, indent=2))

@@ -27,11 +27,8 @@ def run(config, workdir: Path) -> int:
             progress.advance(builds if kind == "build" else episodes)
 
         try:
-            summary = validate_pool(tasks, stack.backend, out_dir=workdir,
-                                    concurrency=config.sandbox.concurrency,
-                                    limits=stack.limits, verifier=build.verifier_settings(config),
-                                    run_id=run_id, scale=stack.scale, progress=tick,
-                                    allow_network=config.sandbox.allow_network)
+            summary = validate_pool(tasks, stack.site(config, run_id), out_dir=workdir,
+                                    verifier=build.verifier_settings(config), progress=tick)
         finally:
             stack.backend.reap(run_id)  # whatever an interrupt left running
     print((workdir / "results.md").read_text())

@@ -56,8 +56,8 @@ REUSABLE = ("pool", "tokenizer.json", "oracle", "sft", "warmup", "eval/base", "e
 # and the config entries it depends on (linked only if the source run's equal this run's: a
 # 16-step warm-up never stands in for a 4-step one, a pool of another seed or split never
 # stands in for this run's, an SFT evaluation with other sampling never pairs with this one's).
-_EVAL_KEYS = ("eval.attempts", "eval.temperature", "eval.sampling_seed", "agent",
-              "rollouts.max_turns", "rollouts.max_new_tokens", "rollouts.tool_format",
+_EVAL_KEYS = ("eval.attempts", "eval.temperature", "eval.top_p", "eval.timeout_s",
+              "eval.sampling_seed", "rollouts.system_prompt", "rollouts.max_turns", "rollouts.max_new_tokens", "rollouts.tool_format",
               "rl.max_length", "verifier")
 # Config entries added after runs were made: a source's config.json without one holds what
 # it then did, the default, so it still compares equal to a run that keeps the default.
@@ -66,10 +66,14 @@ _ADDED_LATER = {"eval.sampling_seed": -1, "sft.data_seed": -1, "sft.data_dir": "
                 "rollouts.recorded_dir": "", "pool.dir": "",
                 "verifier.where": "snapshot",
                 "pool.decontaminate": True,
-                "rollouts.tokenizer": "", "rollouts.tool_format": "", "init.hf_path": ""}
+                "rollouts.tokenizer": "", "rollouts.tool_format": "", "init.hf_path": "",
+                "eval.top_p": 1.0, "eval.timeout_s": 0.0}
+# Config entries renamed since runs were made: a source's config.json read under the new name
+_RENAMED = {"agent.system_prompt": "rollouts.system_prompt"}
 REUSE_RULES = {
     "pool": (None, ("seed", "pool")),
-    "tokenizer.json": ("pool", ("model.vocab_size", "agent", "rollouts.tokenizer")),
+    "tokenizer.json": ("pool", ("model.vocab_size", "rollouts.system_prompt",
+                                "rollouts.tokenizer")),
     "oracle": ("pool", ("oracle", "verifier")),
     "sft": ("tokenizer.json", ("sft", "model", "init.hf_path", "rollouts.tool_format")),
     "warmup": ("sft", ("warmup", "rl.gamma", "rl.lam", "rl.value_clip", "rl.critic_lr",
@@ -90,9 +94,15 @@ def _entry(config: dict | None, dotted: str):
 
 
 def _with_added_defaults(config: dict) -> dict:
-    """A copy of a config dict with every _ADDED_LATER entry its blocks lack set to the
-    default."""
+    """A copy of a config dict with every _RENAMED entry under its new name and every
+    _ADDED_LATER entry its blocks lack set to the default."""
     config = json.loads(json.dumps(config))
+    for old, new in _RENAMED.items():
+        (*old_parents, old_leaf), (*parents, leaf) = old.split("."), new.split(".")
+        block = _entry(config, ".".join(old_parents))
+        target = _entry(config, ".".join(parents))
+        if isinstance(block, dict) and old_leaf in block and isinstance(target, dict):
+            target.setdefault(leaf, block.pop(old_leaf))
     for dotted, default in _ADDED_LATER.items():
         *parents, leaf = dotted.split(".")
         block = config
@@ -250,7 +260,7 @@ def check_sources(config) -> None:
                              "generated task families")
     if r.tokenizer and not Path(r.tokenizer).is_file():
         raise UsageError(f"config.rollouts.tokenizer={r.tokenizer} is not a file")
-    data_dir, recorded = config.sft.get("data_dir", ""), r.get("recorded_dir", "")
+    data_dir, recorded = config.sft.data_dir, r.recorded_dir
     if data_dir and not (Path(data_dir).is_dir() and any(Path(data_dir).glob("*.npz"))):
         raise UsageError(f"config.sft.data_dir={data_dir} holds no .npz samples (what "
                          "t1jax.rollout.sample.save_samples writes)")
@@ -289,7 +299,8 @@ class Recipe:
     def __init__(self, config, workdir: Path):
         self.config, self.workdir = config, workdir
         self.pool_dir = workdir / "pool"
-        self.images: dict = {}
+        self.images: dict = {}  # task id -> built image, for every phase of the run
+        self._image_cache = None
         self.config_dict = json.loads(config.to_json_best_effort())  # recorded in each DONE
         self._stack: build.TaskStack | None = None
         self._splits: dict = {}
@@ -307,6 +318,15 @@ class Recipe:
             self._stack = build.task_stack(self.config, train, tok)
         return self._stack
 
+    def site(self, run_id: str):
+        """Where this run's trials of `run_id` run (TaskStack.site), every phase sharing one
+        image cache (self.images): each task's image is built once per run."""
+        from t1jax.rollout.fan_out import Images
+        s = self.stack()
+        if self._image_cache is None:
+            self._image_cache = Images(s.backend, self.images)
+        return s.site(self.config, run_id, self._image_cache)
+
     def config_json(self) -> str:
         """The run's config, kept in every checkpoint's meta (what made these weights)."""
         return json.dumps(self.config_dict)
@@ -315,10 +335,6 @@ class Recipe:
         """config.init.hf_path: the base policy's Hugging Face checkpoint ("" = random init)."""
         return self.config.init.hf_path
 
-    def system_prompt(self) -> str | None:
-        """config.agent.system_prompt; "" = the agent harness's own."""
-        return self.config.agent.system_prompt or None
-
     def oracle_episode(self):
         """What the teacher's SFT episodes take of the run's EpisodeSettings (its prompt, tool
         format, row budget and verifier; the teacher plays greedily, its own turns)."""
@@ -326,13 +342,14 @@ class Recipe:
         return self.episode(temperature=0.0, max_positions=model_config_from(
             self.config.model).max_position_embeddings)
 
-    def episode(self, *, temperature: float, max_positions: int):
-        """The run's EpisodeSettings (build.episode_settings) with its system prompt, within
-        one training row (rl.max_length): what its evaluations and oracle episodes play."""
-        return build.episode_settings(self.config, temperature=temperature,
-                                      max_tokens=self.config.rl.max_length,
-                                      max_positions=max_positions,
-                                      system_prompt=self.system_prompt())
+    def episode(self, *, temperature: float, max_positions: int, top_p: float = 1.0,
+                timeout_s: float = 0.0):
+        """The run's EpisodeSettings (build.episode_settings) within one training row
+        (rl.max_length): what its evaluations and oracle episodes play."""
+        n = self.config.rl.max_length
+        return build.episode_settings(self.config, temperature=temperature, max_tokens=n,
+                                      max_positions=max_positions, engine_len=n, top_p=top_p,
+                                      timeout_s=timeout_s)
 
     def model(self):
         """A CausalLM to evaluate, at config.seed's initialisation: whole on one device for
@@ -457,7 +474,7 @@ class Recipe:
                 shutil.copyfile(self.config.rollouts.tokenizer, self.workdir / "tokenizer.json")
             else:
                 tok = train_tokenizer(self.config.model.vocab_size, families.family_corpus(
-                    self.pool_dir, system_prompt=self.config.agent.system_prompt,
+                    self.pool_dir, system_prompt=self.config.rollouts.system_prompt,
                     splits=("train",)))
                 tok.save(str(self.workdir / "tokenizer.json"))
             _mark(self.pool_dir, {"train": len(plan["train"]), "heldout": len(plan["heldout"]),
@@ -506,11 +523,9 @@ class Recipe:
         bar = killing_progress(count_bar(self.bars, "oracle + do-nothing episodes",
                                          2 * len(checked), ("episode",)),
                                "oracle", "episode", kind="episode")
-        summary = validate_pool(checked, stack.backend, out_dir=out, progress=bar,
-                                concurrency=self.config.sandbox.concurrency,
-                                limits=stack.limits, scale=stack.scale,
-                                verifier=build.verifier_settings(self.config),
-                                run_id=f"recipe-oracle-{self.workdir.name}")
+        summary = validate_pool(checked, self.site(f"recipe-oracle-{self.workdir.name}"),
+                                out_dir=out, progress=bar,
+                                verifier=build.verifier_settings(self.config))
         # our own generator names its invariants: a goal assertion doing nothing passes is a
         # generator bug here, though only a leak in an outside pool, whose broken tasks the
         # SFT data phase drops (unsolved) and whose leaks the user must see
@@ -525,7 +540,7 @@ class Recipe:
 
     def sft(self) -> None:
         from t1jax.rl import loop
-        from t1jax.rollout.oracle_data import oracle_samples
+        from t1jax.rollout.oracle_data import Teacher, oracle_samples
         from t1jax.rollout.sample import dataset_complete, load_samples, save_dataset
         from t1jax.curation import families
         out = self.workdir / "sft"
@@ -538,12 +553,11 @@ class Recipe:
             s = self.stack()
             trainer_cfg = self.config.model
             samples, skipped = oracle_samples(
-                s.tasks, s.backend, s.tokenizer, s.scale,
+                s.tasks, self.site(f"recipe-sft-oracle-{self.workdir.name}"), s.tokenizer,
                 num_layers=trainer_cfg.num_hidden_layers,
-                top_k=trainer_cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
-                limits=s.limits, images=self.images, episode=self.oracle_episode(),
-                **({} if outside_pool(self.config) else
-                   {"final_answer": families.FINAL_ANSWER}),
+                top_k=trainer_cfg.num_experts_per_tok, episode=self.oracle_episode(),
+                teacher=Teacher() if outside_pool(self.config) else Teacher(
+                    final_answer=families.FINAL_ANSWER),
                 progress=killing_progress(count_bar(self.bars, "SFT data: oracle episodes",
                                                     len(s.tasks)), "sft_data", "episode"))
             if self.config.sft.teacher_slips:
@@ -570,18 +584,19 @@ class Recipe:
         """The teacher's slip on every train task whose reference was kept (attempt 1 beside
         the reference's 0), played and verified like the reference and kept only as a clean
         miss. A slip alone would teach a task nothing but the slip: its task is skipped."""
-        from t1jax.rollout.oracle_data import oracle_samples
+        from t1jax.rollout.oracle_data import Teacher, oracle_samples
         from t1jax.curation import families
         instances = json.loads((self.pool_dir / "split.json").read_text())["instances"]
         cfg = self.config.model
         with_reference = {sample.metadata["task_id"] for sample in samples}
         tasks = [t for t in s.tasks if t.task_id in with_reference]
         slips, missed = oracle_samples(
-            tasks, s.backend, s.tokenizer, s.scale, num_layers=cfg.num_hidden_layers,
-            top_k=cfg.num_experts_per_tok, workers=self.config.sandbox.concurrency,
-            limits=s.limits, images=self.images, episode=self.oracle_episode(),
-            final_answer=families.FINAL_ANSWER, commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
-            want_solved=False, source="slip", attempt=1,
+            tasks, self.site(f"recipe-sft-slips-{self.workdir.name}"), s.tokenizer,
+            num_layers=cfg.num_hidden_layers, top_k=cfg.num_experts_per_tok,
+            episode=self.oracle_episode(), teacher=Teacher(
+                commands_of=lambda t: ([families.slip_command(*instances[t.task_id])], []),
+                final_answer=families.FINAL_ANSWER, want_solved=False, source="slip",
+                attempt=1),
             progress=killing_progress(count_bar(self.bars, "SFT data: teacher slips",
                                                 len(tasks)), "sft_data", "episode"))
         return samples + slips, skipped + [(tid, f"slip: {why}") for tid, why in missed]
@@ -601,8 +616,7 @@ class Recipe:
         return self._live(trainer, out, stage)
 
     def _live(self, trainer, out: Path, stage: str):
-        live = build.live_rollouts(self.config, trainer, out, self.stack(),
-                                   system_prompt=self.system_prompt(), stage=stage)
+        live = build.live_rollouts(self.config, trainer, out, self.stack(), stage=stage)
         self._live_engine = live.engine  # PPO's periodic evaluations play on it (fleet)
         return live
 
@@ -757,18 +771,17 @@ class Recipe:
         played = len(range(me, len(tasks) * c.eval.attempts, processes))  # this one's share
         # the policy as evaluated: at eval.temperature within one row, TITO whatever a training
         # ablation (rollouts.tito=False) does to its rollouts
-        episode = self.episode(temperature=c.eval.temperature, max_positions=max_positions)
-        return evaluate(tasks, engine, s.tokenizer, s.backend, label=label,
+        episode = self.episode(temperature=c.eval.temperature, max_positions=max_positions,
+                               top_p=c.eval.top_p, timeout_s=c.eval.timeout_s)
+        # each process reaps only its own sandboxes
+        site = self.site(f"recipe-eval-{self.workdir.name}-{name}"
+                         + (f"-p{me}" if processes > 1 else ""))
+        return evaluate(tasks, engine, s.tokenizer, site, label=label,
                         episode=episode.replace(tito=True), attempts=c.eval.attempts,
-                        harness="tools", limits=s.limits, scale=s.scale, out_dir=out,
-                        concurrency=c.sandbox.concurrency, images=self.images,
-                        seed=self.eval_seed(),
+                        harness="tools", out_dir=out, seed=self.eval_seed(),
                         progress=killing_progress(
                             count_bar(self.bars, f"eval {name}: trials", played, ("trial",)),
                             f"eval_{name}", "trial", kind="trial"),
-                        # each process reaps only its own sandboxes
-                        run_id=(f"recipe-eval-{self.workdir.name}-{name}-p{me}"
-                                if processes > 1 else None),
                         share=(me, processes),
                         gather=(None if processes == 1 else lambda rows: distributed.
                                 exchange_objects(f"eval/{split}/{label}", rows)))

@@ -35,14 +35,13 @@ def _select(config):
 
 
 def _operators(config):
-    from t1jax.curation.synth_operators import LLMConfig, make_operators
+    from t1jax.curation.llm import LLMConfig
+    from t1jax.curation.synth_operators import make_operators
 
     names = [n.strip() for n in config.operators.split(",") if n.strip()]
     llm = None
     if config.llm.base_url:
-        llm = LLMConfig(base_url=config.llm.base_url, model=config.llm.model,
-                        temperature=config.llm.temperature, max_tokens=config.llm.max_tokens,
-                        timeout_s=config.llm.timeout_s, api_key=config.llm.api_key or None)
+        llm = LLMConfig.from_config(config.llm)
         if names and "llm_rewrite" not in names:
             names.append("llm_rewrite")  # a model endpoint enables the LLM rewriter
     try:
@@ -66,7 +65,6 @@ def run(config, workdir: Path) -> int:
     reaped = build.reap_best_effort(backend)
     if reaped:
         logging.info("removed %d sandboxes left behind by dead runs", reaped)
-    limits = build.sandbox_limits(config.sandbox)
     with job_progress(info=False) as progress:
         bar = {}
 
@@ -83,11 +81,10 @@ def run(config, workdir: Path) -> int:
                 progress.update(bar["id"], total=bar["total"], completed=bar["total"])
 
         try:
-            report = synthesize(tasks, backend, workdir, rounds=config.rounds, seed=config.seed,
+            report = synthesize(tasks, build.trial_site(config, backend, run_id=run_id),
+                                workdir, rounds=config.rounds, seed=config.seed,
                                 operators=names, per_round_limit=config.per_round_limit, llm=llm,
-                                progress=tick, concurrency=config.sandbox.concurrency,
-                                limits=limits, verifier=build.verifier_settings(config),
-                                run_id=run_id, allow_network=config.sandbox.allow_network)
+                                verifier=build.verifier_settings(config), progress=tick)
         finally:
             build.reap_best_effort(backend, run_id)  # whatever an interrupt left running
     print((workdir / "summary.md").read_text())

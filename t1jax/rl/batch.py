@@ -172,6 +172,10 @@ def pack(samples, *, buckets, num_layers: int, top_k: int, row_multiple: int = 1
          version: int | None = None, baseline: str = "none", routes_rows=None) -> Packed:
     """Pack samples into rows of one bucket length (the smallest that fits the longest).
 
+    Why 11 parameters: the layout (buckets, row_multiple, packing, overlong) and the reward
+    transform (reward, baseline) are rl.Settings fields the Trainer passes through; the rest
+    say what the rows hold (routes' shape, version, a process's own rows).
+
     row_multiple: rows are a multiple of this (the data-parallel degree times minibatches).
     packing=False puts one sample per row. overlong: "error" | "drop". reward: "dense" |
     "binary" | "zero" (trained_reward) | "shuffled" (shuffled_rewards). version: the weight

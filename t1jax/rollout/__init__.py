@@ -15,6 +15,8 @@ eval_summary.py: an evaluation's numbers from its trials.jsonl rows (pass@k, fai
   summary, Markdown), with no sandbox or engine.
 evaluate.py: evaluates a policy on a Harbor / Terminal-Bench directory the way T1 reports it,
   and writes trials, summary and samples.
+fan_out.py: sandbox work over many tasks written once (images built once, a bounded pool,
+  build failures named alike, the run's sandboxes reaped), for every caller.
 harness.py: the turn loop and episode rules both agent harnesses share, so both end episodes
   for the same reasons.
 jax_engine.py: the embedded batched, KV-cached generator for `CausalLM` (continuous batching,
@@ -46,5 +48,5 @@ tito.py: token-in, token-out trajectories: sampled ids kept verbatim, glue encod
 tokenizer.py: a small byte-level BPE tokenizer trained locally, so TITO bugs show up with real
   merges and tests need no downloads.
 trial.py: `run_trial`, the one way every caller starts a task's sandbox, plays, verifies and
-  closes it.
+  closes it, at a `TrialSite` (where a job's trials run, handed down whole).
 """

@@ -21,8 +21,8 @@ from t1jax.rollout.engine import FINISH_LENGTH, Engine, GenerateResult, Sampling
 from t1jax.rollout.harness import (Reply, RolloutError, RouteRecord, Trajectory, TurnRecord,
                                    run_turns, stop_ids, truncate_middle)
 from t1jax.rollout.retokenize import TextRoundTrip
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.tito import AuditReport, TrajectoryBuilder, audit, encode_observation
-from t1jax.sandbox.base import Limits
 
 SYSTEM_PROMPT = (
     "You are an agent that solves tasks in a Linux terminal. You have one tool, `bash`: each "
@@ -234,31 +234,26 @@ class _ToolsHarness:
                                          self.records, self.versions)
 
 
-def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
-                      sampling: SamplingParams, max_turns: int = 300,
-                      max_tokens: int | None = None, timeout_s: float | None = None,
-                      command_timeout_s: float = Limits.default_timeout_s,
-                      max_observation_bytes: int = Limits.max_output_bytes,
-                      system_prompt: str = SYSTEM_PROMPT, tito: bool = True,
-                      context: ctx.ContextPolicy | None = None,
-                      tool_format: str = "qwen3_json") -> Trajectory:
-    """Run one episode of `task` in `sandbox` (started by the caller, who also verifies it).
+def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox,
+                      episode: EpisodeSettings = EpisodeSettings()) -> Trajectory:
+    """Run one episode of `task` in `sandbox` (started by the caller, who also verifies it),
+    as `episode` says (settings.EpisodeSettings; its open knobs closed by `resolved`: the
+    system prompt defaults to this harness's SYSTEM_PROMPT).
 
-    max_tokens: the whole trial's budget, every chunk together (default: the engine's max_len).
-    context: the per-chunk budget and compaction policy (context.py); None: one chunk of
-    max_tokens. timeout_s: wall clock for the episode (default: the task's [agent]
-    timeout_sec). tito=False: every prompt and the final sample are the conversation
-    re-rendered as text and re-encoded, with sampled log-probs and routes attached by position
-    (the "without TITO" ablation; no compaction). Raises RolloutError only when the rollout's
-    record is unusable; model mistakes become observations. tool_format: how the model writes
-    tool calls (chat.TOOL_FORMATS; a checkpoint's own, chat.tool_format_of).
+    episode.max_tokens: the whole trial's budget, every chunk together (default: the engine's
+    max_len). episode.context: the per-chunk budget and compaction policy (context.py); None:
+    one chunk of max_tokens. episode.timeout_s: wall clock for the episode (default: the
+    task's [agent] timeout_sec). tito=False: every prompt and the final sample are the
+    conversation re-rendered as text and re-encoded, with sampled log-probs and routes
+    attached by position (the "without TITO" ablation; no compaction). tool_format: how the
+    model writes tool calls (chat.TOOL_FORMATS; a checkpoint's own, chat.tool_format_of).
+    Raises RolloutError only when the rollout's record is unusable; model mistakes become
+    observations.
     """
-    max_tokens = int(max_tokens or getattr(engine, "max_len", 32768))
-    if context is not None and not tito:
-        raise ValueError("context compaction needs tito=True (chunks are built from ids)")
-    timeout_s = float(timeout_s if timeout_s is not None
-                      else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
-    deadline = time.monotonic() + timeout_s
+    e = episode.resolved(task, engine, SYSTEM_PROMPT)
+    sampling, max_tokens, context, tito = e.sampling(), e.max_tokens, e.context, e.tito
+    system_prompt, tool_format = e.system_prompt, e.tool_format
+    deadline = time.monotonic() + e.timeout_s
     stops = stop_ids(tokenizer, sampling)
     prefix_text = render_prefix(system_prompt, task.instruction, tool_format)
     prefix = tokenizer.encode(prefix_text, add_special_tokens=False).ids
@@ -272,10 +267,10 @@ def run_agent_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
         tool_format)
     harness = _ToolsHarness(trial, compactor, engine, tokenizer, budget=budget,
                             max_new_tokens=sampling.max_new_tokens, tool_format=tool_format,
-                            max_observation_bytes=max_observation_bytes)
+                            max_observation_bytes=e.max_observation_bytes)
     finish, n_calls = run_turns(harness, engine, sandbox, sampling=sampling, stops=stops,
-                                max_turns=max_turns, deadline=deadline,
-                                command_timeout_s=command_timeout_s)
+                                max_turns=e.max_turns, deadline=deadline,
+                                command_timeout_s=e.command_timeout_s)
     records, versions = harness.records, harness.versions
     chunk, closed = trial.chunk, trial.closed
     if tito:

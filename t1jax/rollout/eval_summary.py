@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
+from t1jax.rollout.fan_out import BUILD_FAILED
 from t1jax.verify.reward import goal_assertions
 
 FAILURE_MODES = ("resolved", "unresolved", "agent_timeout", "turn_limit", "context_exhausted",
@@ -215,7 +216,7 @@ def table_cell(text: str, n: int = 200) -> str:
     return (text[:n] + "...") if len(text) > n else text.replace("|", "\\|")
 
 
-SKIP_KINDS = ("needs the internet", "image build failed")
+SKIP_KINDS = ("needs the internet", BUILD_FAILED)
 
 
 def skip_kind(reason: str) -> str:
@@ -235,7 +236,7 @@ def skipped_note(summary: dict) -> str | None:
     if "needs the internet" in counts:
         hints.append("--config.sandbox.allow_network=True where sandboxes may reach the "
                      "internet, or --config.internet_tasks=run to run them offline anyway")
-    if "image build failed" in counts:
+    if BUILD_FAILED in counts:
         hints.append("the build errors are in summary.md (a build that needs the network: "
                      "--config.sandbox.build_network=host)")
     return (f"skipped {len(summary['skipped'])} of {total} tasks ({why}): not counted in the "

@@ -18,30 +18,25 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
 from t1jax.rollout.agent import run_agent_episode
-from t1jax.rollout.agent import SYSTEM_PROMPT as TOOLS_SYSTEM_PROMPT
 from t1jax.rollout.batching import BatchingEngine
 from t1jax.rollout.engine import SeededCalls
 from t1jax.rollout.eval_summary import (failure_mode, goal_fraction, summarize,
-                                        summary_markdown, table_cell)
+                                        summary_markdown)
+from t1jax.rollout.fan_out import fan_out
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import make_sample
 from t1jax.rollout.settings import EpisodeSettings
-from t1jax.rollout.terminus import SYSTEM_PROMPT as TERMINUS_SYSTEM_PROMPT
 from t1jax.rollout.terminus_agent import run_terminus_episode
-from t1jax.rollout.trial import run_trial
-from t1jax.sandbox.base import Limits
+from t1jax.rollout.trial import TrialSite, run_trial
 from t1jax.verify.reward import pool_scale
 
 HARNESSES = ("tools", "terminus")
-SYSTEM_PROMPTS = {"tools": TOOLS_SYSTEM_PROMPT, "terminus": TERMINUS_SYSTEM_PROMPT}
 INTERNET_POLICIES = ("skip", "run")  # a task needing the internet on an offline sandbox
 OUTPUT_CHARS = 2000  # per command output and verifier log kept in trials.jsonl
 
@@ -122,26 +117,33 @@ def sample_name(task_id: str, attempt: int) -> str:
 
 INFRA_ATTEMPTS = 3  # tries of a trial whose engine, sandbox or verifier failed
 
-def evaluate(tasks, engine, tokenizer, backend, *, out_dir,
+def evaluate(tasks, engine, tokenizer, site: TrialSite, *, out_dir,
              episode: EpisodeSettings = EpisodeSettings(), label: str = "eval",
-             attempts: int = 3, harness: str = "tools", limits: Limits = Limits(), scale=None,
-             concurrency: int = 4, allow_network: bool = False, internet_tasks: str = "skip",
-             run_id: str | None = None, images: dict | None = None, save_samples: bool = True,
-             seed: int | None = None, progress: Callable[[str, str], Any] | None = None,
+             attempts: int = 3, harness: str = "tools", internet_tasks: str = "skip",
+             save_samples: bool = True, seed: int | None = None,
+             progress: Callable[[str, str], Any] | None = None,
              share: tuple[int, int] = (0, 1),
              gather: Callable[[list], list[list]] | None = None) -> dict | None:
     """Run `attempts` trials of every task (fresh sandbox each), verify, write trials.jsonl,
     summary.json, summary.md and samples/*.npz to out_dir; return the summary.
 
+    Why 15 parameters: where trials run (site) and how each episode plays (episode) come as
+    one value each; the rest are this evaluation's own protocol (label, attempts, harness,
+    internet policy, seed, samples kept, progress) and its multi-process split (share,
+    gather), each read once here.
+
     engine: an Engine shared by all trials (it must take concurrent generate calls; an embedded
     JaxEngine is wrapped in a BatchingEngine so concurrent trials decode together), or a
     callable (task, attempt) -> Engine.
+    site: the sandboxes (backend, limits, network, at most site.concurrency trials at once),
+    the run id they are labelled and reaped by, the images (built once per task, reused by
+    later evaluations with the same site's cache) and the dense reward's scale (default: the
+    tasks' own).
     episode: how each episode plays and is verified (turns, sampling, budgets, prompt, tool
     format, context, verifier), the job's one EpisodeSettings; its command timeout and
-    observation cap default to `limits`, its system prompt to the harness's own.
-    internet_tasks: "skip" tasks whose allow_internet
-    the sandbox cannot honour (allow_network False), or "run" them offline anyway.
-    images: task_id -> built image, reused and filled in (periodic evaluations build once).
+    observation cap default to the site's limits, its system prompt to the harness's own.
+    internet_tasks: "skip" tasks whose allow_internet the site cannot honour
+    (site.allow_network False), or "run" them offline anyway.
     seed: None draws fresh sampling seeds; an int gives each trial's i-th turn
     call_seed(seed, task, attempt, i), so a rerun repeats and two policies evaluated with one
     seed are compared on the same random numbers (SeededCalls).
@@ -156,9 +158,8 @@ def evaluate(tasks, engine, tokenizer, backend, *, out_dir,
         raise ValueError(f"harness {harness!r}; choose one of {HARNESSES}")
     if internet_tasks not in INTERNET_POLICIES:
         raise ValueError(f"internet_tasks {internet_tasks!r}; choose one of {INTERNET_POLICIES}")
-    if attempts < 1 or concurrency < 1:
-        raise ValueError(f"need attempts >= 1 and concurrency >= 1, got {attempts}, "
-                         f"{concurrency}")
+    if attempts < 1:
+        raise ValueError(f"need attempts >= 1, got {attempts}")
     t_start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -167,28 +168,23 @@ def evaluate(tasks, engine, tokenizer, backend, *, out_dir,
     ids = [t.task_id for t in tasks]
     if len(set(ids)) != len(ids):
         raise ValueError(f"duplicate task ids: {sorted({i for i in ids if ids.count(i) > 1})}")
-    scale = scale or pool_scale(tasks)
-    run_id = run_id or f"eval-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-    images = images if images is not None else {}
+    site = site if site.scale is not None else site.with_(scale=pool_scale(tasks))
+    scale, images, allow_network = site.scale, site.images, site.allow_network
     play_episode = run_agent_episode if harness == "tools" else run_terminus_episode
     if type(engine).__name__ == "JaxEngine":  # one generate call at a time: batch the trials
         engine = BatchingEngine(engine)
-    episode_kwargs = episode.episode_kwargs(harness, limits, SYSTEM_PROMPTS[harness])
+    episode = episode.with_limits(site.limits)
 
     pairs = [(t, a) for t in tasks for a in range(attempts)][share[0]::share[1]]
     mine = {t.task_id for t, _ in pairs}
-    skipped: dict[str, str] = {}
-    for task in [t for t in tasks if t.task_id in mine]:  # builds are CPU-bound: one at a time
-        why = skip_reason(task, allow_network, internet_tasks)
-        if why is None and task.task_id not in images:
-            try:
-                images[task.task_id] = backend.build(task)
-            except Exception as err:  # noqa: BLE001 - a task that cannot build is skipped
-                why = f"image build failed: {type(err).__name__}: {table_cell(str(err), 600)}"
-        if why is not None:
-            skipped[task.task_id] = why
-        if progress:
-            progress("build", task.task_id)
+    mine = [t for t in tasks if t.task_id in mine]
+    skipped = {t.task_id: why for t in mine
+               if (why := skip_reason(t, allow_network, internet_tasks)) is not None}
+    if progress:
+        for task_id in skipped:
+            progress("build", task_id)
+    skipped.update(images.build_all([t for t in mine if t.task_id not in skipped],
+                                    progress and (lambda tid: progress("build", tid))))
 
     def play_once(task, attempt: int, row: dict):
         """One try of a trial: (trajectory, report, error, box, infra), where infra says why
@@ -205,12 +201,10 @@ def evaluate(tasks, engine, tokenizer, backend, *, out_dir,
             def play(sandbox):
                 nonlocal box
                 box = _CapturingSandbox(sandbox)
-                return play_episode(task, inner, tokenizer, box, **episode_kwargs)
+                return play_episode(task, inner, tokenizer, box, episode)
 
             # an agent failure is graded too: the sandbox is as it left it
-            outcome = run_trial(task, backend, play, image=images[task.task_id], limits=limits,
-                                run_id=run_id, scale=scale, verifier=episode.verifier,
-                                allow_network=allow_network)
+            outcome = run_trial(task, site, play, verifier=episode.verifier)
             traj, report, err = outcome.played, outcome.report, outcome.play_error
             if isinstance(err, RolloutError):  # the policy's own: over its token budget
                 error = f"RolloutError: {err}"
@@ -281,27 +275,18 @@ def evaluate(tasks, engine, tokenizer, backend, *, out_dir,
                        failure_mode="skipped")
             rows.append(row)
     jobs = [(t, a) for t, a in pairs if t.task_id not in skipped]
-    lock = threading.Lock()
     partial = out_dir / ("trials.jsonl.partial" if share[1] == 1
                          else f"trials.p{share[0]}.jsonl.partial")
-    try:
-        with open(partial, "w") as live, \
-                ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool:
-            futures = [pool.submit(trial, t, a) for t, a in jobs]
-            for future in as_completed(futures):
-                row = future.result()
-                with lock:
-                    rows.append(row)
-                    live.write(json.dumps(row) + "\n")
-                    live.flush()
-                if progress:
-                    progress("trial", f"{row['task_id']}/{row['attempt']}: "
-                                      f"{row['failure_mode']}")
-    finally:
-        try:
-            backend.reap(run_id)
-        except Exception:  # noqa: BLE001
-            pass
+    with open(partial, "w") as live:
+        def done(job, row: dict) -> None:
+            rows.append(row)
+            live.write(json.dumps(row) + "\n")
+            live.flush()
+            if progress:
+                progress("trial", f"{row['task_id']}/{row['attempt']}: {row['failure_mode']}")
+
+        fan_out(jobs, lambda job: trial(*job), workers=site.concurrency, on_done=done,
+                backend=site.backend, run_id=site.run_id, name="eval")
     if gather is not None:  # every process's rows, on every process
         for row in rows:
             row["process"] = share[0]  # who played it: where its sandbox and log lines were

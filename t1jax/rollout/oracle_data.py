@@ -11,23 +11,22 @@ It lives on the rollout side because it drives sandboxes; t1jax.rollout.sample s
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
-import threading
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.chat import IM_END, parse_tool_calls, render_tool_call
-from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
+from t1jax.rollout.engine import FINISH_STOP, GenerateResult
+from t1jax.rollout.fan_out import ImageBuildError, fan_out
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import Sample, make_sample
 from t1jax.rollout.settings import EpisodeSettings
-from t1jax.rollout.trial import run_trial
-from t1jax.sandbox.base import Limits
+from t1jax.rollout.trial import TrialSite, run_trial
 
 FINAL_ANSWER = "The task is complete."
 WHOLE_SCRIPT_PATH = "/tmp/solve.sh"
@@ -275,31 +274,38 @@ class _Unfinished(Exception):
     """The oracle's episode stopped before its final answer (nothing to verify)."""
 
 
-def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: int,
-                   episode: EpisodeSettings = EpisodeSettings(), workers: int = 2,
-                   limits: Limits = Limits(), attempt: int = 0, run_id: str | None = None,
-                   images: dict | None = None, final_answer: str = FINAL_ANSWER,
-                   progress=None, commands_of=oracle_commands, want_solved: bool = True,
-                   source: str = "oracle") -> tuple[list[Sample], list[tuple[str, str]]]:
-    """Play every task's reference solution through the agent loop in a fresh sandbox, verify
-    it, and keep the solved episodes as Samples (task order). `skipped` lists (task_id, reason)
-    for the rest: no or unsplittable solution, build failure, rollout error, verifier failure,
-    or unresolved. images: task_id -> built image, reused and filled in. episode: the policy's
-    own EpisodeSettings, whose system prompt (default: the agent's), tool format, token budget
-    (max_tokens, default 32768) and verifier the teacher's episodes take; the teacher decides
-    its turns (one per command, then the answer), greedily, with the task's own timeout.
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+    """Who plays the SFT episodes and which are kept: each task's reference solution (the
+    default), or another teacher's commands (commands_of(task) -> (commands, whole-script
+    reasons)); the closing answer it gives; whether the kept episodes are those the verifier
+    solves (want_solved) or, False, a slipping teacher's clean misses (which must really miss
+    the goal); and the attempt index and source tag its samples carry."""
+    commands_of: Callable = oracle_commands
+    final_answer: str = FINAL_ANSWER
+    want_solved: bool = True
+    source: str = "oracle"
+    attempt: int = 0
 
-    commands_of(task) -> (commands, whole-script reasons) replaces the reference solution with
-    another teacher's; want_solved=False keeps only the episodes the verifier says are *not*
-    solved (a teacher's slips, which must really miss the goal); `source` tags the samples."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    run_id = run_id or f"sft-oracle-{uuid.uuid4().hex[:8]}"
-    images = images if images is not None else {}
-    build_lock = threading.Lock()
+
+def oracle_samples(tasks, site: TrialSite, tokenizer, *, num_layers: int, top_k: int,
+                   episode: EpisodeSettings = EpisodeSettings(), teacher: Teacher = Teacher(),
+                   progress=None) -> tuple[list[Sample], list[tuple[str, str]]]:
+    """Play every task's reference solution (or `teacher`'s) through the agent loop in a
+    fresh sandbox at `site` (at most site.concurrency at once, graded on site.scale, images
+    built once), verify it, and keep the solved episodes as Samples (task order). `skipped`
+    lists (task_id, reason) for the rest: no or unsplittable solution, build failure, rollout
+    error, verifier failure, or unresolved. num_layers, top_k: the policy's routes' shape.
+    episode: the policy's own EpisodeSettings, whose system prompt (default: the agent's),
+    tool format, token budget (max_tokens, default 32768), observation cap and verifier the
+    teacher's episodes take; the teacher decides its turns (one per command, then the
+    answer), greedily, with the task's own timeout. progress(task_id, reason or None)."""
+    if site.scale is None:
+        raise ValueError("oracle_samples grades every episode: give the site a scale")
     max_len = episode.max_tokens or 32768
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=max_len)
-    tool_format, system_prompt = episode.tool_format, episode.system_prompt
+    tool_format = episode.tool_format
+    commands_of, final_answer = teacher.commands_of, teacher.final_answer
+    want_solved, source, attempt = teacher.want_solved, teacher.source, teacher.attempt
 
     def one(task) -> tuple[Sample | None, str | None]:
         tid = task.task_id
@@ -308,28 +314,26 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
         except (ValueError, OSError) as err:
             return None, f"solution: {err}"
         try:
-            with build_lock:  # builds are CPU-bound: one at a time
-                if tid not in images:
-                    images[tid] = backend.build(task)
-        except Exception as err:  # noqa: BLE001 - one bad task must not sink the dataset
-            return None, f"build failed: {type(err).__name__}: {err}"
+            site.images.get(task)
+        except ImageBuildError as err:  # named; one bad task must not sink the dataset
+            return None, str(err)
         engine = OracleEngine(tokenizer, commands, num_layers=num_layers, top_k=top_k,
                               max_len=max_len, final_answer=final_answer,
                               name=f"task {tid} oracle", tool_format=tool_format)
 
         def play(box):
-            traj = run_agent_episode(task, engine, tokenizer, box, sampling=sampling,
-                                     max_turns=len(commands) + 1, max_tokens=max_len,
-                                     command_timeout_s=task.agent.timeout_sec,
-                                     tool_format=tool_format,
-                                     **({} if system_prompt is None
-                                        else {"system_prompt": system_prompt}))
+            # the policy's prompt, tool format and observation cap; the teacher's own turns,
+            # greedy, one chunk, with the task's timeout per command and for the episode
+            teacher = episode.replace(
+                temperature=0.0, top_p=1.0, max_new_tokens=max_len, max_turns=len(commands) + 1,
+                max_tokens=max_len, command_timeout_s=task.agent.timeout_sec, timeout_s=None,
+                tito=True, context=None)
+            traj = run_agent_episode(task, engine, tokenizer, box, teacher)
             if traj.finish != "done":
                 raise _Unfinished(f"episode ended with {traj.finish!r} before the final answer")
             return traj
 
-        outcome = run_trial(task, backend, play, image=images[tid], limits=limits,
-                            run_id=run_id, scale=scale, verifier=episode.verifier,
+        outcome = run_trial(task, site, play, verifier=episode.verifier,
                             grade_failed_play=False)
         if isinstance(outcome.play_error, _Unfinished):
             return None, str(outcome.play_error)
@@ -359,23 +363,19 @@ def oracle_samples(tasks, backend, tokenizer, scale, *, num_layers: int, top_k: 
 
     def guarded(task):
         try:
-            out = one(task)
-        except Exception as err:  # noqa: BLE001
-            out = None, f"{type(err).__name__}: {err}"
-        if progress:
-            progress(task.task_id, out[1])
-        return out
+            return one(task)
+        except Exception as err:  # noqa: BLE001 - named on the task, never sinks the others
+            return None, f"{type(err).__name__}: {err}"
 
-    try:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sft-oracle") as pool:
-            results = list(pool.map(guarded, tasks))
-    finally:
-        backend.reap(run_id)
+    tasks = list(tasks)
+    results = fan_out(tasks, guarded, workers=site.concurrency, backend=site.backend,
+                      run_id=site.run_id, name="sft-oracle",
+                      on_done=progress and (lambda task, out: progress(task.task_id, out[1])))
     samples = [s for s, _ in results if s is not None]
     skipped = [(t.task_id, why) for t, (s, why) in zip(tasks, results) if s is None]
     return samples, skipped
 
 
-__all__ = ["FINAL_ANSWER", "OracleEngine", "oracle_commands", "oracle_samples",
+__all__ = ["FINAL_ANSWER", "OracleEngine", "Teacher", "oracle_commands", "oracle_samples",
            "solution_commands", "split_solution", "unfaithful_constructs",
            "whole_script_command"]

@@ -21,19 +21,17 @@ import math
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable
 
 import numpy as np
 
-from t1jax.rollout.agent import SYSTEM_PROMPT as AGENT_SYSTEM_PROMPT
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.engine import call_seed, generate_in_session
+from t1jax.rollout.fan_out import fan_out
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.sample import make_sample
 from t1jax.rollout.settings import EpisodeSettings
-from t1jax.rollout.trial import run_trial, start_sandbox
-from t1jax.sandbox.base import Limits
+from t1jax.rollout.trial import TrialSite, run_trial
 
 DONE, STOPPED, FAILED = "done", "stopped", "failed"
 
@@ -157,12 +155,9 @@ class RolloutScheduler:
                 if req.ready is not None:
                     settle(dataclasses.replace(req.ready,
                                                request=dataclasses.replace(req, ready=None)))
-            live = [r for r in launch if r.ready is None]
-            with ThreadPoolExecutor(max_workers=self.max_concurrency,
-                                    thread_name_prefix="trial") as pool:
-                futures = [pool.submit(self._guarded, r, stops[r.key]) for r in live]
-                for future in as_completed(futures):
-                    settle(future.result())
+            fan_out([r for r in launch if r.ready is None],
+                    lambda r: self._guarded(r, stops[r.key]), workers=self.max_concurrency,
+                    on_done=lambda r, result: settle(result), name="trial")
         finally:
             admission.stop()
         rank = {r.key: i for i, r in enumerate(launch)}
@@ -317,11 +312,11 @@ class _LoggedSandbox:
         return getattr(self.state.sandbox, name)
 
 
-def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale,
-                  episode: EpisodeSettings = EpisodeSettings(), limits: Limits = Limits(),
-                  run_id: str = "adhoc", images: dict | None = None,
+def episode_trial(site: TrialSite, engine, tokenizer, tasks: dict, *,
+                  episode: EpisodeSettings = EpisodeSettings(),
                   seed: int | None = None) -> TrialFn:
-    """The real trial: agent episode in a task sandbox, verification, Sample.
+    """The real trial: agent episode in a task sandbox at `site` (images built once, graded
+    on site.scale, sandboxes labelled site.run_id), verification, Sample.
 
     seed: None draws every call's sampling seed afresh; an int makes the run's rollouts
     repeatable (call_seed per trial and call).
@@ -331,37 +326,30 @@ def episode_trial(backend, engine, tokenizer, tasks: dict, *, scale,
     EpisodeSettings; its timeout_s is the trial's wall clock over every step it runs in). A
     stopped episode keeps its sandbox open in its EpisodeState; the scheduler closes it if the
     trial is dropped."""
-    images = dict(images or {})
-    build_lock = threading.Lock()
-    episode_kwargs = episode.episode_kwargs("tools", limits, AGENT_SYSTEM_PROMPT)
-    timeout_s = episode_kwargs.pop("timeout_s")
-
-    def image_for(task) -> str:
-        with build_lock:
-            if task.task_id not in images:
-                images[task.task_id] = backend.build(task)
-            return images[task.task_id]
+    if site.scale is None:
+        raise ValueError("episode_trial grades every trial: give the site a scale")
+    episode = episode.with_limits(site.limits)
 
     def run(request: TrialRequest, stop: threading.Event) -> TrialResult:
         task = tasks[request.task_id]
         inner = engine if hasattr(engine, "generate") else engine(request)
         state = request.state
         if state is None:
-            box = start_sandbox(task, backend, image_for(task), limits, run_id=run_id)
+            box = site.start(task)
             state = EpisodeState(box, time_left_s=float(
-                timeout_s if timeout_s is not None else task.agent.timeout_sec))
+                episode.timeout_s if episode.timeout_s is not None else task.agent.timeout_sec))
         t0 = time.monotonic()
         seed_key = None if seed is None else (seed, request.task_id, request.attempt)
         logged = _LoggedEngine(inner, state, stop, seed_key)
 
         def play(sandbox):
             return run_agent_episode(task, logged, tokenizer, _LoggedSandbox(state),
-                                     timeout_s=max(state.time_left_s, 0.0), **episode_kwargs)
+                                     episode.replace(timeout_s=max(state.time_left_s, 0.0)))
 
         try:
-            outcome = run_trial(task, backend, play, sandbox=state.sandbox, limits=limits,
-                                run_id=run_id, scale=scale, verifier=episode.verifier,
-                                grade_failed_play=False, keep_open_on=(TrialStopped,))
+            outcome = run_trial(task, site, play, sandbox=state.sandbox,
+                                verifier=episode.verifier, grade_failed_play=False,
+                                keep_open_on=(TrialStopped,))
         except TrialStopped:  # the sandbox stays open: the next step resumes the episode
             state.time_left_s -= time.monotonic() - t0
             return TrialResult(request, STOPPED, state=state)

@@ -5,7 +5,9 @@ Why one value: training's live rollouts (scheduler.episode_trial), every evaluat
 of episode. Their knobs (turns, reply length, sampling, token budget, command timeout,
 observation cap, system prompt, tool format, TITO, context policy, how the verifier runs) are
 defaulted here, once; a job builds one value from its config (t1jax/jobs/build.py
-episode_settings) and hands it down whole, as rl/trainer.py's Settings is for the trainer.
+episode_settings) and hands it down whole, as rl/trainer.py's Settings is for the trainer, down
+to the harnesses' episode functions (agent.run_agent_episode, terminus_agent.
+run_terminus_episode), which take it as it is.
 """
 
 from __future__ import annotations
@@ -49,17 +51,21 @@ class EpisodeSettings:
     def replace(self, **changes) -> "EpisodeSettings":
         return dataclasses.replace(self, **changes)
 
-    def episode_kwargs(self, harness: str, limits: Limits, system_prompt: str) -> dict:
-        """What the harness's episode function (agent.run_agent_episode or
-        terminus_agent.run_terminus_episode) takes, with the sandbox limits' timeouts and caps
-        and `system_prompt` (the harness's own) where these settings leave them open."""
-        kwargs = dict(sampling=self.sampling(), max_turns=self.max_turns,
-                      max_tokens=self.max_tokens, timeout_s=self.timeout_s,
-                      command_timeout_s=float(self.command_timeout_s
-                                              or limits.default_timeout_s),
-                      max_observation_bytes=int(self.max_observation_bytes
-                                                or limits.max_output_bytes),
-                      system_prompt=self.system_prompt or system_prompt, context=self.context)
-        if harness == "tools":  # Terminus-2 writes its own JSON commands, not tool calls
-            kwargs.update(tool_format=self.tool_format, tito=self.tito)
-        return kwargs
+    def with_limits(self, limits: Limits) -> "EpisodeSettings":
+        """These settings with a run's sandbox limits (its command timeout and observation
+        cap) where they leave them open."""
+        return self.replace(
+            command_timeout_s=float(self.command_timeout_s or limits.default_timeout_s),
+            max_observation_bytes=int(self.max_observation_bytes or limits.max_output_bytes))
+
+    def resolved(self, task, engine, system_prompt: str) -> "EpisodeSettings":
+        """Every knob left open closed for one episode of `task` on `engine`: the trial's
+        budget (the engine's max_len), its wall clock (the task's [agent] timeout_sec), the
+        command timeout and observation cap (the sandbox Limits' defaults) and the system
+        prompt (`system_prompt`, the harness's own)."""
+        agent = getattr(task, "agent", None)
+        return self.with_limits(Limits()).replace(
+            max_tokens=int(self.max_tokens or getattr(engine, "max_len", 32768)),
+            timeout_s=float(self.timeout_s if self.timeout_s is not None
+                            else getattr(agent, "timeout_sec", 1800.0)),
+            system_prompt=self.system_prompt or system_prompt)

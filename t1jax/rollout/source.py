@@ -93,7 +93,12 @@ class LiveRollouts:
                  oversample: float = 1.5, carry_over: bool = True, record_dir=None,
                  publish=None, group_size: int = 1, processes: tuple[int, int] = (0, 1),
                  reward_scale: float | None = None):
-        """group_size: trials of each drawn task per step (T1: 1); with more, a step holds
+        """Why 12 parameters: the source joins four parts built apart (scheduler, tasks,
+        sampler, engine) with the rollouts block's step shape (batch_size, oversample,
+        carry_over, group_size) and the job's bookkeeping (record_dir, publish, processes,
+        reward_scale); each is stored once and read by collect.
+
+        group_size: trials of each drawn task per step (T1: 1); with more, a step holds
         batch_size / group_size tasks, and rl.baseline='task' compares each trial with its
         task's others. processes: (this process, of how many) in a multi-process job: every
         process draws the same requests, plays every processes-th of them, and receives

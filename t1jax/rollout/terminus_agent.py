@@ -25,8 +25,8 @@ from t1jax.rollout.chat import IM_END, IM_START
 from t1jax.rollout.engine import Engine, SamplingParams
 from t1jax.rollout.terminus import (SYSTEM_PROMPT, TerminusSession, first_user_message,
                                     parse_terminus_reply)
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.tito import REPAIR_CASES, AuditReport, audit, encode_plain, repair_boundary
-from t1jax.sandbox.base import Limits
 
 
 @dataclasses.dataclass
@@ -290,25 +290,22 @@ class _TerminusHarness:
         return True
 
 
-def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
-                         sampling: SamplingParams, max_turns: int = 300,
-                         max_tokens: int | None = None, timeout_s: float | None = None,
-                         command_timeout_s: float = Limits.default_timeout_s,
-                         max_observation_bytes: int = Limits.max_output_bytes,
-                         system_prompt: str = SYSTEM_PROMPT,
-                         context: ctx.ContextPolicy | None = None) -> TerminusTrajectory:
-    """Run one Terminus-2 episode of `task` in `sandbox` (started and verified by the caller).
+def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox,
+                         episode: EpisodeSettings = EpisodeSettings()) -> TerminusTrajectory:
+    """Run one Terminus-2 episode of `task` in `sandbox` (started and verified by the caller),
+    as `episode` says (settings.EpisodeSettings; the system prompt defaults to Terminus-2's;
+    its tool_format and tito do not apply: Terminus-2 writes JSON commands, read as text).
 
-    max_tokens bounds each engine prompt plus its completion (default: the engine's max_len);
-    with `context` it is the whole trial's budget, and each chunk holds context.budget tokens
-    (compaction: _Compactor). timeout_s is the episode's wall clock (default: the task's
-    [agent] timeout_sec). The episode ends "done" on a confirmed task_complete. Raises
-    RolloutError when the record is unusable.
+    episode.max_tokens bounds each engine prompt plus its completion (default: the engine's
+    max_len); with episode.context it is the whole trial's budget, and each chunk holds
+    context.budget tokens (compaction: _Compactor). episode.timeout_s is the episode's wall
+    clock (default: the task's [agent] timeout_sec). The episode ends "done" on a confirmed
+    task_complete. Raises RolloutError when the record is unusable.
     """
-    max_tokens = int(max_tokens or getattr(engine, "max_len", 32768))
-    timeout_s = float(timeout_s if timeout_s is not None
-                      else getattr(getattr(task, "agent", None), "timeout_sec", 1800.0))
-    deadline = time.monotonic() + timeout_s
+    e = episode.resolved(task, engine, SYSTEM_PROMPT)
+    sampling, max_tokens, context, system_prompt = (e.sampling(), e.max_tokens, e.context,
+                                                     e.system_prompt)
+    deadline = time.monotonic() + e.timeout_s
     stops = stop_ids(tokenizer, sampling)
     budget = min(context.budget, max_tokens) if context is not None else max_tokens
     prefix_len = len(render_ids(tokenizer, system_prompt,
@@ -320,10 +317,10 @@ def run_terminus_episode(task, engine: Engine, tokenizer: Tokenizer, sandbox, *,
                            prefix_len, budget) if context is not None else None
     harness = _TerminusHarness(tokenizer, system_prompt, task.instruction, sampling, stops,
                                budget=budget, max_tokens=max_tokens,
-                               max_observation_bytes=max_observation_bytes, compactor=compactor)
+                               max_observation_bytes=e.max_observation_bytes, compactor=compactor)
     finish, n_calls = run_turns(harness, engine, sandbox, sampling=sampling, stops=stops,
-                                max_turns=max_turns, deadline=deadline,
-                                command_timeout_s=command_timeout_s)
+                                max_turns=e.max_turns, deadline=deadline,
+                                command_timeout_s=e.command_timeout_s)
     return _assemble(harness.chunks, prefix_len, harness.records, harness.versions,
                      harness.counts, finish, n_calls, harness.n_parse,
                      compactor.compactions if compactor is not None else 0)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from typing import Any, Callable
 
+from t1jax.rollout.fan_out import Images
 from t1jax.sandbox.backend import SandboxSpec
 from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import resolve_env
@@ -69,16 +71,50 @@ class TrialOutcome:
         return None if err is None else f"{type(err).__name__}: {err}"
 
 
-def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_id: str,
-              image: str | None = None, sandbox=None, scale: GlobalScale | None = None,
-              verifier: VerifierSettings = VerifierSettings(), allow_network: bool = False,
+@dataclasses.dataclass(frozen=True)
+class TrialSite:
+    """Where a job's trials run, the same for each of them: the sandbox backend and its limits,
+    the run id its sandboxes are labelled (and reaped) by, whether a task's allow_internet may
+    open the network, the dense reward's scale the verifier scores on (None: not graded), the
+    run's built images (each task's built once, fan_out.Images) and how many trials run at
+    once. A job builds one (t1jax/jobs/build.py TaskStack.site) and hands it down whole, as it
+    does its EpisodeSettings; a caller that needs another scale or run id replaces that field
+    (`with_`)."""
+    backend: Any
+    limits: Limits = Limits()
+    # a job names its own; the default is unique, so one site's reap never meets another's
+    run_id: str = dataclasses.field(default_factory=lambda: f"adhoc-{uuid.uuid4().hex[:8]}")
+    allow_network: bool = False
+    scale: GlobalScale | None = None
+    concurrency: int = 4
+    images: Images | None = None  # None: a fresh cache over `backend`
+
+    def __post_init__(self):
+        if self.concurrency < 1:
+            raise ValueError(f"TrialSite needs concurrency >= 1, got {self.concurrency}")
+        if self.images is None:
+            object.__setattr__(self, "images", Images(self.backend))
+
+    def with_(self, **changes) -> "TrialSite":
+        return dataclasses.replace(self, **changes)
+
+    def start(self, task, image: str | None = None):
+        """A started sandbox for one trial of `task` (from `image`, default the task's own,
+        built once); the caller closes it (or hands it to run_trial, which does)."""
+        return start_sandbox(task, self.backend, image or self.images.get(task), self.limits,
+                             run_id=self.run_id, allow_network=self.allow_network)
+
+
+def run_trial(task, site: TrialSite, play: Callable[[Any], Any], *, image: str | None = None,
+              sandbox=None, verifier: VerifierSettings = VerifierSettings(),
               grade_failed_play: bool = True, catch: tuple = (Exception,),
               keep_open_on: tuple = ()) -> TrialOutcome:
-    """One trial of `task`: a sandbox started from `image` as `task_sandbox_spec` says (or
-    `sandbox`, one a stopped episode left open), `play(sandbox)`, then, when `scale` is given,
-    the verifier on what the player left, in its sandbox or a snapshot's (verifier.where; also
-    after the player failed, unless grade_failed_play=False: an agent that crashed is graded on
-    what it did), and the sandbox closed.
+    """One trial of `task` at `site`: a sandbox started as `task_sandbox_spec` says, from
+    `image` (default: the task's, built once by site.images; a build failure is a play_error)
+    or `sandbox` (one a stopped episode left open), `play(sandbox)`, then, when site.scale is
+    given, the verifier on what the player left, in its sandbox or a snapshot's
+    (verifier.where; also after the player failed, unless grade_failed_play=False: an agent
+    that crashed is graded on what it did), and the sandbox closed.
 
     Failures of the types in `catch` are recorded on the outcome; others propagate once the
     sandbox is closed (a bug in our code must not read as a task's failure). An exception in
@@ -88,8 +124,7 @@ def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_
     out = TrialOutcome(task.task_id)
     if sandbox is None:
         try:
-            sandbox = start_sandbox(task, backend, image, limits, run_id=run_id,
-                                    allow_network=allow_network)
+            sandbox = site.start(task, image)
         except catch as err:
             out.play_error, out.seconds = err, time.monotonic() - t0
             return out
@@ -103,11 +138,12 @@ def run_trial(task, backend, play: Callable[[Any], Any], *, limits: Limits, run_
         except catch as err:
             out.play_error = err
         out.play_s = time.monotonic() - t0
-        if scale is not None and (out.play_error is None or grade_failed_play):
+        if site.scale is not None and (out.play_error is None or grade_failed_play):
             try:
-                out.report = verify(task, sandbox, backend, scale, mode=verifier.mode,
-                                    run_id=run_id, limits=task_limits(task, limits),
-                                    allow_network=allow_network, where=verifier.where)
+                out.report = verify(task, sandbox, site.backend, site.scale,
+                                    mode=verifier.mode, run_id=site.run_id,
+                                    limits=task_limits(task, site.limits),
+                                    allow_network=site.allow_network, where=verifier.where)
             except catch as err:
                 out.verify_error = err
     finally:

@@ -187,7 +187,8 @@ def kill_helper(anchor: int, args: list[str]) -> None:
 
 class BwrapSandbox(ShellSandbox):
     """A sandbox dir (a copy of an image's layer) and the bwrap running its shell; see
-    `base.Sandbox` for the protocol."""
+    `base.Sandbox` for the protocol. Its keywords (11) are a SandboxSpec's fields, which
+    BwrapBackend.create passes one by one, plus the backend's cache and cgroup settings."""
 
     def __init__(self, image: str, *, limits: Limits = Limits(), workdir: str | None = "/app",
                  user: str | None = None, network: bool = False, run_id: str = "adhoc",

@@ -143,7 +143,10 @@ class _ChunkReader(io.RawIOBase):
 
 
 class DockerSandbox(ShellSandbox):
-    """A task container with a persistent shell. See `base.Sandbox` for the protocol."""
+    """A task container with a persistent shell. See `base.Sandbox` for the protocol.
+
+    Its keywords (11) are a SandboxSpec's fields, which DockerBackend.create passes one by one,
+    plus the backend's client, runtime and container name."""
 
     def __init__(self, image: str, *, limits: Limits = Limits(), workdir: str | None = "/app",
                  user: str | None = None, network: str | None = None, run_id: str = "adhoc",

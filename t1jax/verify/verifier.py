@@ -315,7 +315,8 @@ def _copy_script(src: Path, dest: str) -> str:
 
 def _run_in_snapshot(task, backend, snapshot: str, mode: str, tests: Path, env: dict,
                      reset: str, timings: dict, run_id: str, limits: Limits, network: bool):
-    """The tests in a fresh sandbox from the snapshot, /tests a read-only mount."""
+    """The tests in a fresh sandbox from the snapshot, /tests a read-only mount. Why 11
+    parameters: verify's own state at the point of the call, passed through once."""
     mounts = ((str(tests), "/tests"),)
     if mode == "offline":
         mounts += ((str(OFFLINE_TOOLS), OFFLINE_MOUNT),)

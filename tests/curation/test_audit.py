@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from t1jax.curation import audit
-from t1jax.curation.llm import LLMError, chat
+from t1jax.curation.llm import LLMConfig, LLMError, chat
 from t1jax.tasks.task import load_task
+from t1jax.rollout.trial import TrialSite
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTRUCTION = """# Count words
@@ -160,7 +161,8 @@ def judge_server():
 
 def test_chat_posts_openai_format(judge_server):
     url = f"http://127.0.0.1:{judge_server.server_port}"
-    reply = chat(url + "/v1/", [{"role": "user", "content": "hi"}], model="m", max_tokens=7)
+    reply = chat(LLMConfig(url + "/v1/", model="m", max_tokens=7),
+                 [{"role": "user", "content": "hi"}])
     assert "instruction.clarity" in reply
     path, body = judge_server.requests[-1]
     assert path == "/v1/chat/completions" and body["model"] == "m" and body["max_tokens"] == 7
@@ -171,18 +173,20 @@ def test_chat_errors_name_the_url(judge_server):
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     with pytest.raises(LLMError, match=f"http://127.0.0.1:{dead}/v1/chat/completions"):
-        chat(f"http://127.0.0.1:{dead}", [{"role": "user", "content": "hi"}], timeout_s=5)
+        chat(LLMConfig(f"http://127.0.0.1:{dead}", timeout_s=5),
+             [{"role": "user", "content": "hi"}])
     judge_server.status = 404
     try:
         with pytest.raises(LLMError, match="HTTP 404.*model 'nope' not found"):
-            chat(f"http://127.0.0.1:{judge_server.server_port}", [])
+            chat(LLMConfig(f"http://127.0.0.1:{judge_server.server_port}"), [])
     finally:
         judge_server.status = 200
 
 
 def test_judge_reply_parsing(tmp_path, judge_server):
     task = load_task(make_task(tmp_path, "words"))
-    got = audit.llm_judge(task, f"http://127.0.0.1:{judge_server.server_port}", "m")
+    got = audit.llm_judge(task, LLMConfig(f"http://127.0.0.1:{judge_server.server_port}",
+                                          model="m"))
     assert got["instruction.clarity"] == 0.6 and got["value.task_value"] == 0.4
     assert "Count words" in judge_server.requests[-1][1]["messages"][1]["content"]
     for bad in ("no json here", '{"instruction.clarity": 2, "value.task_value": 0.5}',
@@ -255,10 +259,10 @@ def pool_reports(tmp_path_factory, docker_backend, judge_server):
                   '    assert open("/app/words.txt").read().split()\n',
                   solve="#!/bin/bash\necho 'apple: 3' > /app/counts.txt\n"),
     ]
-    judge = functools.partial(audit.llm_judge, base_url=f"http://127.0.0.1:"
-                              f"{judge_server.server_port}", model="m")
-    reports = audit.audit_pool([load_task(d) for d in dirs], docker_backend, concurrency=4,
-                               judge=judge, run_id="test-audit")
+    judge = functools.partial(audit.llm_judge, llm=LLMConfig(
+        f"http://127.0.0.1:{judge_server.server_port}", model="m"))
+    reports = audit.audit_pool([load_task(d) for d in dirs],
+                               TrialSite(docker_backend, run_id="test-audit"), judge=judge)
     with contextlib.suppress(Exception):  # a safety net; reap races other users of the daemon
         docker_backend.reap("test-audit")
     return {r.task_id: r for r in reports}, reports

@@ -14,6 +14,7 @@ from t1jax.curation import families
 from t1jax.tasks.task import load_task
 from t1jax.curation.validate import validate_pool
 from t1jax.verify.reward import pool_scale
+from t1jax.rollout.trial import TrialSite
 
 
 def _tree(root: Path) -> dict:
@@ -144,8 +145,9 @@ def test_oracle_passes_and_nothing_fails_in_docker(pool, tmp_path, docker_backen
             chosen.append(load_task(out / split / tid))
     run_id = f"test-families-{uuid.uuid4().hex[:6]}"
     try:
-        summary = validate_pool(chosen, docker_backend, out_dir=tmp_path / "val", concurrency=4,
-                                run_id=run_id, scale=pool_scale(chosen))
+        summary = validate_pool(chosen, TrialSite(docker_backend, run_id=run_id,
+                                                  scale=pool_scale(chosen)),
+                                out_dir=tmp_path / "val")
     finally:
         docker_backend.reap(run_id)
     assert summary["tasks"] == len(chosen)
@@ -157,7 +159,7 @@ def test_teacher_slips_are_clean_misses_in_docker(pool, docker_backend):
     """Each family's slip, played like an oracle through the real agent loop, misses its task's
     goal with a clean verifier run, so oracle_samples(want_solved=False) keeps it as SFT data
     tagged `slip`; the reference, which solves, is not kept under that rule."""
-    from t1jax.rollout.oracle_data import oracle_commands, oracle_samples
+    from t1jax.rollout.oracle_data import Teacher, oracle_commands, oracle_samples
     from t1jax.rollout.settings import EpisodeSettings
     out, plan = pool
     tasks = [load_task(out / "train" / next(t for t in plan["train"]
@@ -170,17 +172,15 @@ def test_teacher_slips_are_clean_misses_in_docker(pool, docker_backend):
         assert slip_of[t.task_id] != reference
         assert slip_of[t.task_id].split()[0] in ("echo", "mkdir", "cp", "wc", "cat")
     run_id = f"test-slips-{uuid.uuid4().hex[:6]}"
-    common = dict(num_layers=1, top_k=1, workers=3, run_id=run_id, want_solved=False,
-                  final_answer=families.FINAL_ANSWER,
+    site = TrialSite(docker_backend, run_id=run_id, scale=pool_scale(tasks), concurrency=3)
+    common = dict(num_layers=1, top_k=1,
                   episode=EpisodeSettings(system_prompt=families.SYSTEM_PROMPT))
-    images: dict = {}
     try:
-        slips, missed = oracle_samples(tasks, docker_backend, tok, pool_scale(tasks),
-                                       images=images, source="slip", attempt=1,
-                                       commands_of=lambda t: ([slip_of[t.task_id]], []),
-                                       **common)
-        kept, refused = oracle_samples(tasks, docker_backend, tok, pool_scale(tasks),
-                                       images=images, **common)
+        slips, missed = oracle_samples(tasks, site, tok, teacher=Teacher(
+            commands_of=lambda t: ([slip_of[t.task_id]], []), final_answer=families.FINAL_ANSWER,
+            want_solved=False, source="slip", attempt=1), **common)
+        kept, refused = oracle_samples(tasks, site, tok, teacher=Teacher(
+            final_answer=families.FINAL_ANSWER, want_solved=False), **common)
     finally:
         docker_backend.reap(run_id)
     assert missed == []

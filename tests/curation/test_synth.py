@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from t1jax.curation import synth as synth_mod
+from t1jax.rollout.trial import TrialSite
 from t1jax.tasks.pool import default_pool_dir
 from t1jax.curation.synth import (Candidate, Node, Synthesizer, child_id, dump_toml, judge,
                                synthesize, write_child)
@@ -198,7 +199,8 @@ def applied(docker_backend, tmp_path_factory):
     out = tmp_path_factory.mktemp("applied")
     run_id = f"test-synth-ops-{os.getpid()}"
     nodes = {n: Node(seed(n), n, chain=(n,)) for n in set(PAIRING.values())}
-    synth, calls, real = Synthesizer(docker_backend, run_id=run_id), {}, synth_mod.judge
+    synth, calls, real = Synthesizer(TrialSite(docker_backend, run_id=run_id)), {}, \
+        synth_mod.judge
 
     def spy(new, oracle, nothing, parent_run):
         calls[frozenset(new)] = (oracle, nothing, parent_run)
@@ -217,7 +219,6 @@ def applied(docker_backend, tmp_path_factory):
                 pending.append((cand, node.task))
             synth.validate(pending, quiet)
     finally:
-        synth.pool.shutdown()
         reap(docker_backend, run_id)
     return nodes, cands, calls
 
@@ -253,8 +254,8 @@ def test_two_rounds_on_two_seeds(docker_backend, tmp_path):
     run_id = f"test-synth-rounds-{os.getpid()}"
     events = []
     try:
-        rep = synthesize(seeds, docker_backend, tmp_path, rounds=2, seed=3, run_id=run_id,
-                         progress=lambda kind, what, total=0: events.append(kind))
+        rep = synthesize(seeds, TrialSite(docker_backend, run_id=run_id), tmp_path, rounds=2,
+                         seed=3, progress=lambda kind, what, total=0: events.append(kind))
     finally:
         reap(docker_backend, run_id)
     assert [c.round for c in rep.candidates] == [1, 1, 2, 2]
@@ -315,8 +316,9 @@ def test_llm_rewrite_against_a_local_server(docker_backend, tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     run_id = f"test-synth-llm-{os.getpid()}"
     try:
-        rep = synthesize([seed("count-log-errors"), seed("organize-files")], docker_backend,
-                         tmp_path, rounds=1, operators=["llm_rewrite"], run_id=run_id,
+        rep = synthesize([seed("count-log-errors"), seed("organize-files")],
+                         TrialSite(docker_backend, run_id=run_id), tmp_path, rounds=1,
+                         operators=["llm_rewrite"],
                          llm=LLMConfig(f"http://127.0.0.1:{server.server_port}"))
     finally:
         server.shutdown()

@@ -2,9 +2,11 @@
 
 import dataclasses
 
-from t1jax.sandbox.base import Limits, SandboxError
+from t1jax.sandbox.base import SandboxError
 from t1jax.tasks.pool import default_pool_dir, load_pool
 from t1jax.curation.validate import EpisodeResult, run_episode, summarize
+from t1jax.rollout.fan_out import Images
+from t1jax.rollout.trial import TrialSite
 from t1jax.verify.results import Assertion
 from t1jax.verify.reward import GlobalScale, pool_scale, static_assertion_count
 from t1jax.verify.verifier import VerifierReport
@@ -34,9 +36,9 @@ def test_network_needs_both_the_task_and_the_run_config():
         task.environment, allow_internet=False))
     backend = RecordingBackend()
     for t, allow in ((internet, False), (offline, True), (internet, True)):
-        result = run_episode(t, "nothing", backend, "img", GlobalScale(5, "t"),
-                             limits=Limits(),
-                             run_id="r", allow_network=allow)
+        site = TrialSite(backend, run_id="r", allow_network=allow, scale=GlobalScale(5, "t"),
+                         images=Images(backend, {t.task_id: "img"}))
+        result = run_episode(t, "nothing", site)
         assert result.report is None and "recording only" in result.error
     assert [s.network for s in backend.specs] == [False, False, True]
     assert backend.specs[0].limits.memory_mb == task.environment.memory_mb

@@ -42,14 +42,85 @@ def test_config_loads_and_locks(name, arg):
         config.no_such_option = 1
 
 
-def test_eval_spells_rollout_knobs_as_training_does():
-    """One spelling per knob (issue #28): what the training configs keep under rollouts.* the
-    eval job keeps there too. task_filter stays top-level, as the oracle, audit and synth jobs
+def _leaves(config, prefix=""):
+    out = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        out.update(_leaves(value, path + ".") if isinstance(value, ml_collections.ConfigDict)
+                   else {path: value})
+    return out
+
+
+def test_every_knob_has_one_spelling_across_jobs():
+    """One spelling per knob (issues #28, #46): the eval job keeps rollout knobs under
+    rollouts.*, evaluation knobs under eval.* and the base weights under init.hf_path, as the
+    recipe does; no knob of one job sits under another name in the other (a flag means one
+    thing in every job). task_filter stays top-level, as the oracle, audit and synth jobs
     spell it."""
-    evaluation = importlib.import_module("configs.eval").get_config()
-    rollouts = importlib.import_module("configs.tiny_cpu").get_config().rollouts
-    assert not set(evaluation.keys()) & set(rollouts.keys())
-    assert set(evaluation.rollouts.keys()) <= set(rollouts.keys())
+    evaluation = _leaves(importlib.import_module("configs.eval").get_config())
+    recipe = _leaves(importlib.import_module("configs.tiny_cpu").get_config())
+    assert {p for p in evaluation if p.startswith("rollouts.")} <= set(recipe)
+    assert {p for p in evaluation if p.startswith("eval.")} - {"eval.max_tokens"} <= set(recipe)
+    assert "init.hf_path" in evaluation and "init.hf_path" in recipe
+    name = lambda path: path.rsplit(".", 1)[-1]  # noqa: E731
+    # a leaf both jobs have under different blocks is the same knob spelt two ways
+    elsewhere = {p: sorted(q for q in recipe if name(q) == name(p))
+                 for p in evaluation if p not in recipe}
+    assert {p: q for p, q in elsewhere.items() if q} == {}
+
+
+def _restated_defaults(name: str, arg):
+    """(file:line, key, value) for every assignment in configs/*.py that sets a key to the
+    value it already holds (from a shared block of configs/common.py, whose defaults are the
+    code's, or from the config it extends)."""
+    import sys
+    from ml_collections.config_dict import config_dict
+    found, original = [], config_dict.ConfigDict.__setitem__
+
+    def tracing(self, key, value):
+        fields = object.__getattribute__(self, "_fields")
+        if key in fields and not isinstance(value, (ml_collections.ConfigDict, dict)):
+            old = fields[key]
+            old = old.get() if isinstance(old, ml_collections.FieldReference) else old
+            if type(old) is type(value) and old == value:
+                frame = sys._getframe(1)
+                while frame is not None and "ml_collections" in frame.f_code.co_filename:
+                    frame = frame.f_back
+                where = Path(frame.f_code.co_filename) if frame is not None else Path()
+                if where.parent == ROOT / "configs":
+                    found.append(f"configs/{where.name}:{frame.f_lineno} {key} = {value!r}")
+        original(self, key, value)
+
+    config_dict.ConfigDict.__setitem__ = tracing
+    try:
+        importlib.import_module(f"configs.{name}").get_config(arg)
+    finally:
+        config_dict.ConfigDict.__setitem__ = original
+    return found
+
+
+# an ablation names its axis, the main job's own value included (ablations.py:sync is the
+# comparison arm of :one_step_off)
+_NAMED_AXES = {("ablations", "sync")}
+
+
+@pytest.mark.parametrize("name,arg", [(n, a) for n, args in JOB_CONFIGS.items() for a in args
+                                      if (n, a) not in _NAMED_AXES])
+def test_no_config_restates_a_default(name, arg):
+    """Defaults are written once: in the code that reads them (EpisodeSettings, Settings,
+    Limits, FleetClient), taken from there by configs/common.py; a config file sets only what
+    differs from the block or config it starts from. A restated value is a second copy that a
+    change of the default would leave behind."""
+    assert _restated_defaults(name, arg) == []
+
+
+def test_rollout_defaults_are_the_episode_settings_own():
+    from t1jax.rollout.settings import EpisodeSettings
+    from configs.common import eval_config, rollouts_config
+    r, e = rollouts_config(), eval_config()
+    d = EpisodeSettings()
+    assert (r.max_turns, r.max_new_tokens, r.tito) == (d.max_turns, d.max_new_tokens, d.tito)
+    assert (e.temperature, e.top_p) == (d.temperature, d.top_p)
 
 
 def test_model_configs_build_model_configs():

@@ -27,7 +27,8 @@ def small_config(schedule):
     config.model.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
                              moe_intermediate_size=32, num_attention_heads=4, num_experts=8))
     config.rl.update(dict(max_length=2048, min_length=2048))
-    config.rollouts.update(dict(batch_size=2, oversample=1.0, max_turns=2, max_new_tokens=24))
+    config.rollouts.update(dict(batch_size=2, oversample=1.0, max_turns=2, max_new_tokens=24,
+                                system_prompt=""))  # the agent's own
     config.sandbox.concurrency = 2
     config.schedule = schedule
     return config

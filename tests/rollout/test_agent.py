@@ -19,7 +19,8 @@ from t1jax.model.transformer import CausalLM
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.harness import RolloutError, truncate_middle
 from t1jax.rollout.chat import IM_END, render_tool_call
-from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
+from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams, SeededCalls
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample, make_sample
 from t1jax.rollout.trial import task_limits
@@ -32,7 +33,7 @@ from conftest import COUNT_LOG_SOLVE, COUNT_LOG_TASK
 
 TASK_DIR = COUNT_LOG_TASK
 LAYERS, K = 3, 2
-SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=256)
+EPISODE = EpisodeSettings(temperature=1.0, max_new_tokens=256)
 SOLVE = COUNT_LOG_SOLVE
 
 
@@ -125,8 +126,8 @@ def test_each_position_s_routes_are_asked_for_once(tok, task, env):
     for incremental in (False, True):
         engines.append(ScriptedEngine(tok, texts, incremental=incremental))
         with make() as box:
-            trajs.append(run_agent_episode(task, engines[-1], tok, box, sampling=SAMPLING,
-                                           max_tokens=8192))
+            trajs.append(run_agent_episode(task, engines[-1], tok, box,
+                                           EPISODE.replace(max_tokens=8192)))
     whole, once = trajs
     assert whole.tokens == once.tokens and np.array_equal(whole.routes, once.routes)
     assert whole.route_compared > 0 and once.route_compared == 0
@@ -147,7 +148,7 @@ def test_scripted_engine_solves_task(tok, task, env):
              "The report is written."]
     engine = ScriptedEngine(tok, texts)
     with make() as box:
-        traj = run_agent_episode(task, engine, tok, box, sampling=SAMPLING, max_tokens=8192)
+        traj = run_agent_episode(task, engine, tok, box, EPISODE.replace(max_tokens=8192))
         report = verify(task, box, backend, GlobalScale(5, "test"), run_id=run_id,
                         limits=task_limits(task, Limits()))
     assert traj.finish == "done" and traj.turns == 4 and traj.tool_calls == 2
@@ -171,8 +172,8 @@ def test_scripted_engine_solves_task(tok, task, env):
 
 def test_turn_budget_stops_looping_engine(tok, task, shared_box):
     engine = ScriptedEngine(tok, [render_tool_call("echo again")], repeat_last=True)
-    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_turns=3,
-                             max_tokens=8192)
+    traj = run_agent_episode(task, engine, tok, shared_box,
+                             EPISODE.replace(max_turns=3, max_tokens=8192))
     assert traj.finish == "turns" and traj.turns == 3 and traj.tool_calls == 3
     assert len(engine.prompts) == 3
     check_record(traj, engine.prompts)
@@ -182,15 +183,15 @@ def test_turn_budget_stops_looping_engine(tok, task, shared_box):
 
 def test_token_budget_stops(tok, task, shared_box):
     engine = ScriptedEngine(tok, [render_tool_call("echo again")], repeat_last=True)
-    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_tokens=1400)
+    traj = run_agent_episode(task, engine, tok, shared_box, EPISODE.replace(max_tokens=1400))
     assert traj.finish == "tokens" and 1 <= traj.turns < 10
     check_record(traj, engine.prompts)
 
 
 def test_wall_clock_timeout_stops(tok, task, shared_box):
     engine = ScriptedEngine(tok, [render_tool_call("sleep 5; echo late")], repeat_last=True)
-    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_tokens=8192,
-                             timeout_s=1.0)
+    traj = run_agent_episode(task, engine, tok, shared_box,
+                             EPISODE.replace(max_tokens=8192, timeout_s=1.0))
     assert traj.finish == "timeout" and traj.turns == 1
     assert traj.records[0].commands[0].timed_out
     check_record(traj, engine.prompts)
@@ -206,8 +207,8 @@ def test_a_sandbox_budget_ends_the_episode(limit, tok, task, env):
         box, cmd = env[1](storage_mb=16), "head -c 40000000 /dev/zero > /app/big"
     engine = ScriptedEngine(tok, [render_tool_call(cmd)], repeat_last=True)
     with box:
-        traj = run_agent_episode(task, engine, tok, box, sampling=SAMPLING, max_turns=5,
-                                 max_tokens=8192)
+        traj = run_agent_episode(task, engine, tok, box,
+                                 EPISODE.replace(max_turns=5, max_tokens=8192))
     assert traj.finish == "sandbox_limit" and traj.turns == 1
     assert ("storage quota of 16 MiB" if limit == "storage" else "budget of 200000") in \
         traj.records[0].limit
@@ -217,8 +218,8 @@ def test_a_sandbox_budget_ends_the_episode(limit, tok, task, env):
 
 def test_routes_come_from_the_first_call_that_ran_each_position(tok, task, shared_box):
     engine = ScriptedEngine(tok, [render_tool_call("true")], repeat_last=True, shift_routes=True)
-    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_turns=3,
-                             max_tokens=8192)
+    traj = run_agent_episode(task, engine, tok, shared_box,
+                             EPISODE.replace(max_turns=3, max_tokens=8192))
     check_record(traj, engine.prompts)
     base = (np.arange(traj.routes.size) % 7).reshape(traj.routes.shape)
     start, drift = 0, 0
@@ -233,7 +234,7 @@ def test_routes_come_from_the_first_call_that_ran_each_position(tok, task, share
 def test_wrong_route_shape_raises(tok, task, shared_box):
     engine = ScriptedEngine(tok, [render_tool_call("echo hi")], bad_routes=True)
     with pytest.raises(RolloutError, match="routed_experts"):
-        run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_tokens=8192)
+        run_agent_episode(task, engine, tok, shared_box, EPISODE.replace(max_tokens=8192))
 
 
 def test_sample_npz_round_trip(tmp_path):
@@ -269,8 +270,8 @@ def test_real_jax_engine_two_turns(tok, task, shared_box):
     cfg.max_position_embeddings = 2048
     model = CausalLM(model_config_from(cfg), nnx.Rngs(0))
     engine = JaxEngine(model, max_batch=1, max_len=1536, prefill_buckets=(1280, 1536))
-    traj = run_agent_episode(task, engine, tok, shared_box, max_turns=2,
-                             sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=0))
+    traj = run_agent_episode(task, SeededCalls(engine, 0, task.task_id, 0), tok, shared_box,
+                             EpisodeSettings(max_turns=2, temperature=1.0, max_new_tokens=8))
     # Random ids rarely hold <|im_end|>: both replies are cut, answered with an error, and the
     # turn budget ends the episode.
     assert traj.turns == 2 and traj.finish == "turns"
@@ -292,8 +293,8 @@ def test_xml_tool_calls_drive_the_shell(tok, task, shared_box):
     texts = [render_tool_call("echo xml-call-ran", "qwen3_xml"),
              render_tool_call("echo json-call", "qwen3_json"), "Done."]
     engine = ScriptedEngine(tok, texts)
-    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_tokens=8192,
-                             tool_format="qwen3_xml")
+    traj = run_agent_episode(task, engine, tok, shared_box,
+                             EPISODE.replace(max_tokens=8192, tool_format="qwen3_xml"))
     assert "<function=NAME>" in tok.decode(engine.prompts[0], skip_special_tokens=False)
     assert traj.finish == "done" and traj.tool_calls == 1
     assert traj.records[0].commands[0].exit_code == 0

@@ -29,7 +29,8 @@ from t1jax.rl.batch import pack
 from t1jax.rollout import context as ctx
 from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.chat import render_prefix, render_tool_call
-from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.engine import SeededCalls
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.jax_engine import JaxEngine
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.tito import encode_observation
@@ -48,7 +49,7 @@ class Recording:
     def generate(self, prompts, sampling):
         self.prompts += [list(p) for p in prompts]
         return self.engine.generate(prompts, sampling)
-SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=32)
+EPISODE = EpisodeSettings(temperature=1.0, max_new_tokens=32)
 
 
 def prefix_len(tok, task) -> int:
@@ -60,9 +61,10 @@ def scripted(tok, task, box, policy: str, *, extra: int = 400, turns: int = 12,
     budget = prefix_len(tok, task) + extra
     kw.setdefault("reserve", 100)  # a turn here: a 39-token reply and its ~45-token output
     engine = ScriptedEngine(tok, [render_tool_call(command)], repeat_last=True)
-    traj = run_agent_episode(task, engine, tok, box, sampling=SAMPLING, max_turns=turns,
-                             max_tokens=max_tokens, system_prompt=SYSTEM,
-                             context=ctx.ContextPolicy(budget, policy, **kw))
+    traj = run_agent_episode(task, engine, tok, box,
+                             EPISODE.replace(max_turns=turns, max_tokens=max_tokens,
+                                             system_prompt=SYSTEM,
+                                             context=ctx.ContextPolicy(budget, policy, **kw)))
     return engine, traj, budget
 
 
@@ -194,13 +196,13 @@ def test_the_automatic_reserve_leaves_room_for_the_largest_output(tok, task, sha
     sees only a stub); the automatic reserve (reply + largest output) compacts a turn earlier."""
     command = "seq 100000 100015"  # 139 tokens of output per turn, the reply 35
     runs = {}
-    for reserve in (SAMPLING.max_new_tokens, 0):
+    for reserve in (EPISODE.max_new_tokens, 0):
         engine, traj, budget = scripted(tok, task, shared_box, "summary", extra=600, turns=12,
                                         command=command, reserve=reserve, summary_tokens=40)
         check_consistent(traj, engine.prompts, budget)
         assert traj.compactions >= 1 and traj.turns == 12
         runs[reserve] = _stubbed_outputs(tok, traj)
-    assert runs[SAMPLING.max_new_tokens] >= 1 and runs[0] == 0, runs
+    assert runs[EPISODE.max_new_tokens] >= 1 and runs[0] == 0, runs
     assert ctx.auto_reserve(32, 0, 1000) == 32
     assert ctx.auto_reserve(32, 120, 1000) == 152
     assert ctx.auto_reserve(32, 900, 1000) == 500  # at most half the room
@@ -241,8 +243,9 @@ def test_a_carried_over_episode_with_compaction_resumes_exactly(tok, task, share
 
     def episode(engine, state, stop):
         return run_agent_episode(task, _LoggedEngine(engine, state, stop), tok,
-                                 _LoggedSandbox(state), sampling=SAMPLING, max_turns=12,
-                                 max_tokens=1 << 16, system_prompt=SYSTEM, context=policy_)
+                                 _LoggedSandbox(state),
+                                 EPISODE.replace(max_turns=12, max_tokens=1 << 16,
+                                                 system_prompt=SYSTEM, context=policy_))
 
     whole = episode(StopsAfter(0, None), EpisodeState(shared_box), threading.Event())
     first_compaction = next(i for i, r in enumerate(whole.records) if r.chunk == 1)
@@ -260,21 +263,22 @@ def test_a_carried_over_episode_with_compaction_resumes_exactly(tok, task, share
 def test_the_trial_budget_still_bounds_all_chunks(tok, task, shared_box):
     budget = prefix_len(tok, task) + 160
     engine = ScriptedEngine(tok, [render_tool_call("echo hi")], repeat_last=True)
-    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_turns=50,
-                             max_tokens=3 * budget, system_prompt=SYSTEM,
-                             context=ctx.ContextPolicy(budget, "elide"))
+    traj = run_agent_episode(task, engine, tok, shared_box,
+                             EPISODE.replace(max_turns=50, max_tokens=3 * budget,
+                                             system_prompt=SYSTEM,
+                                             context=ctx.ContextPolicy(budget, "elide")))
     assert len(traj.tokens) <= 3 * budget and traj.finish in ("context", "tokens")
     check_consistent(traj, engine.prompts, budget)
 
 
 def test_no_context_policy_keeps_the_single_chunk_behaviour(tok, task, shared_box):
     engine = ScriptedEngine(tok, [render_tool_call("echo hi")], repeat_last=True)
-    traj = run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, max_turns=4,
-                             system_prompt=SYSTEM, max_tokens=4096)
+    traj = run_agent_episode(task, engine, tok, shared_box,
+                             EPISODE.replace(max_turns=4, system_prompt=SYSTEM, max_tokens=4096))
     assert traj.chunk_starts == [0] and traj.compactions == 0 and traj.turns == 4
     with pytest.raises(ValueError, match="tito"):
-        run_agent_episode(task, engine, tok, shared_box, sampling=SAMPLING, tito=False,
-                          context=ctx.ContextPolicy(4096, "elide"))
+        run_agent_episode(task, engine, tok, shared_box,
+                          EPISODE.replace(tito=False, context=ctx.ContextPolicy(4096, "elide")))
 
 
 # -- the pieces ----------------------------------------------------------------------------------
@@ -363,10 +367,12 @@ def test_agent_memory_grows_only_with_the_training_sample(tok, task):
     for turns in (100, 300):
         engine = _Unrecorded(tok, [render_tool_call("echo step")], repeat_last=True)
         tracemalloc.start()
-        traj = run_agent_episode(task, engine, tok, _Echo(), sampling=SAMPLING,
-                                 max_turns=turns, max_tokens=1 << 22, system_prompt=SYSTEM,
-                                 context=ctx.ContextPolicy(prefix_len(tok, task) + 1200,
-                                                           "elide", reserve=100))
+        traj = run_agent_episode(task, engine, tok, _Echo(),
+                                 EPISODE.replace(max_turns=turns, max_tokens=1 << 22,
+                                                 system_prompt=SYSTEM,
+                                                 context=ctx.ContextPolicy(
+                                                     prefix_len(tok, task) + 1200, "elide",
+                                                     reserve=100)))
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert traj.turns == turns and traj.compactions >= turns // 15
@@ -392,9 +398,9 @@ def test_real_engine_chunks_replay_exactly_in_the_trainer_forward(tok, task, sha
     # A random model's replies are cut at max_new_tokens and answered with an error: turns
     # go on until the turn budget, compacting along the way.
     traj = run_agent_episode(
-        task, engine, tok, shared_box, max_turns=10, max_tokens=1 << 14, system_prompt=SYSTEM,
-        sampling=SamplingParams(temperature=1.0, max_new_tokens=8, seed=0),
-        context=ctx.ContextPolicy(budget, policy, summary_tokens=8))
+        task, SeededCalls(engine, 0, task.task_id, 0), tok, shared_box, EpisodeSettings(
+            max_turns=10, max_tokens=1 << 14, system_prompt=SYSTEM, temperature=1.0,
+            max_new_tokens=8, context=ctx.ContextPolicy(budget, policy, summary_tokens=8)))
     assert traj.compactions >= 1
     check_consistent(traj, engine.prompts, budget, cfg.num_hidden_layers,
                      cfg.num_experts_per_tok)

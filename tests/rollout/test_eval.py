@@ -28,6 +28,7 @@ from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
 from t1jax.rollout.oracle_data import FINAL_ANSWER, oracle_commands
 from t1jax.rollout.sample import Sample
 from t1jax.rollout.settings import EpisodeSettings
+from t1jax.rollout.trial import TrialSite
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
 
@@ -149,10 +150,11 @@ def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
     scripts = {t.instruction: oracle_commands(t)[0] for t in tasks[:2]}
     engine = KeyedEngine(tok, scripts)
     out = tmp_path / "eval"
-    summary = evaluate(tasks, engine, tok, docker_backend, label="oracle-test", attempts=2,
-                       harness="tools", episode=EpisodeSettings(
+    summary = evaluate(tasks, engine, tok, TrialSite(docker_backend, scale=GlobalScale(5, "test"),
+                                                     concurrency=2),
+                       label="oracle-test", attempts=2, harness="tools", episode=EpisodeSettings(
                            temperature=0.0, max_new_tokens=2048, max_turns=20, timeout_s=300.0),
-                       scale=GlobalScale(5, "test"), out_dir=out, concurrency=2)
+                       out_dir=out)
 
     rows = read_trials(out / "trials.jsonl")
     assert summary == json.loads((out / "summary.json").read_text())
@@ -240,10 +242,11 @@ def test_evaluate_oracle_nothing_and_skips(docker_backend, tok, tmp_path):
 def test_evaluate_terminus_harness(docker_backend, tok, tmp_path):
     task = load_task(SEED / "count-log-errors")
     engine = KeyedEngine(tok, {task.instruction: [SOLVE]}, harness="terminus")
-    summary = evaluate([task], engine, tok, docker_backend, label="terminus-test", attempts=1,
-                       harness="terminus", episode=EpisodeSettings(
-                           temperature=0.0, max_new_tokens=2048, max_turns=10, timeout_s=300.0),
-                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1)
+    summary = evaluate([task], engine, tok, TrialSite(docker_backend, scale=GlobalScale(5, "test"),
+                                                      concurrency=1),
+                       label="terminus-test", attempts=1, harness="terminus",
+                       episode=EpisodeSettings(temperature=0.0, max_new_tokens=2048,
+                                               max_turns=10, timeout_s=300.0), out_dir=tmp_path)
     (row,) = read_trials(tmp_path / "trials.jsonl")
     assert summary["harness"] == "terminus" and summary["resolved_rate"] == 1.0
     assert row["harness"] == "terminus" and row["failure_mode"] == "resolved"
@@ -259,9 +262,9 @@ def test_eval_job_end_to_end(docker_backend, tmp_path):
     cmd = [sys.executable, str(ROOT / "experiments" / "run.py"),
            "--config", str(ROOT / "configs" / "eval.py") + ":smoke", "--workdir", str(workdir),
            "--config.tasks", str(SEED), "--config.rollouts.engine", "embedded",
-           "--config.system_prompt", "Use bash.", "--config.max_tokens", "1280",
+           "--config.rollouts.system_prompt", "Use bash.", "--config.eval.max_tokens", "1280",
            "--config.rollouts.engine_batch", "2", "--config.rollouts.max_new_tokens", "8",
-           "--config.rollouts.max_turns", "2", "--config.attempts", "1"]
+           "--config.rollouts.max_turns", "2", "--config.eval.attempts", "1"]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -348,7 +351,7 @@ def test_load_policy_from_checkpoint_and_hf(tmp_path):
     export_hf(latest, tmp_path / "hf")
     with config.unlocked():
         config.policy.checkpoint = ""
-        config.policy.hf_path = str(tmp_path / "hf")
+        config.init.hf_path = str(tmp_path / "hf")
     from_hf, label = load_policy(config)
     assert label == "hf"
     assert all(np.allclose(a, b) for a, b in zip(params(from_hf),
@@ -387,10 +390,11 @@ def test_a_seeded_evaluation_repeats_itself(docker_backend, tok, tmp_path):
     tasks = [load_task(SEED / name) for name in (ORACLE_TASKS[0], NOTHING_TASK)]
 
     def run(seed, name):
-        evaluate(tasks, engine, tok, docker_backend, label=name, attempts=2, seed=seed,
+        evaluate(tasks, engine, tok, TrialSite(docker_backend, scale=GlobalScale(5, "test")),
+                 label=name, attempts=2, seed=seed,
                  episode=EpisodeSettings(temperature=1.0, max_new_tokens=12, max_turns=2,
                                          max_tokens=1024, system_prompt="Use bash."),
-                 scale=GlobalScale(5, "test"), out_dir=tmp_path / name, concurrency=4)
+                 out_dir=tmp_path / name)
         rows = read_trials(tmp_path / name / "trials.jsonl")
         return [(r["task_id"], r["attempt"], r["segments"], r.get("commands"), r.get("reward"))
                 for r in rows]
@@ -428,11 +432,12 @@ def test_a_trial_whose_sandbox_vanished_is_played_again(docker_backend, tok, tmp
     from t1jax.rollout.evaluate import INFRA_ATTEMPTS
     task = load_task(SEED / ORACLE_TASKS[0])
     engine = KeyedEngine(tok, {task.instruction: oracle_commands(task)[0]})
-    summary = evaluate([task], engine, tok, VanishingBackend(docker_backend, vanish),
+    summary = evaluate([task], engine, tok, TrialSite(VanishingBackend(docker_backend, vanish),
+                                                      scale=GlobalScale(5, "test"),
+                                                      concurrency=1),
                        label="vanish", attempts=1, harness="tools",
                        episode=EpisodeSettings(temperature=0.0, max_new_tokens=2048,
-                                               max_turns=20, timeout_s=300.0),
-                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1)
+                                               max_turns=20, timeout_s=300.0), out_dir=tmp_path)
     [row] = read_trials(tmp_path / "trials.jsonl")
     failures = min(vanish, INFRA_ATTEMPTS)
     assert len(row["infra_failures"]) == failures, row["infra_failures"]
@@ -454,10 +459,11 @@ def test_a_prompt_over_the_agents_budget_is_a_named_outcome(docker_backend, tok,
     task and the prompt's size (it is scored: the agent never acted)."""
     task = load_task(SEED / ORACLE_TASKS[0])
     engine = KeyedEngine(tok, {task.instruction: oracle_commands(task)[0]})
-    summary = evaluate([task], engine, tok, docker_backend, label="short", attempts=1,
-                       harness="tools", episode=EpisodeSettings(
+    summary = evaluate([task], engine, tok, TrialSite(docker_backend, scale=GlobalScale(5, "test"),
+                                                      concurrency=1),
+                       label="short", attempts=1, harness="tools", episode=EpisodeSettings(
                            max_new_tokens=64, max_turns=2, max_tokens=64, timeout_s=60.0),
-                       scale=GlobalScale(5, "test"), out_dir=tmp_path, concurrency=1)
+                       out_dir=tmp_path)
     [row] = read_trials(tmp_path / "trials.jsonl")
     assert row["failure_mode"] == "prompt_over_budget" and row["finish"] == "prompt", row
     assert summary["failure_modes"]["prompt_over_budget"] == 1 and summary["trials"] == 1

@@ -22,6 +22,7 @@ from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.scheduler import (DONE, STOPPED, EpisodeState, RolloutScheduler, TrialRequest,
                                      TrialResult, TrialStopped, episode_trial)
 from t1jax.rollout.tokenizer import train_tokenizer
+from t1jax.rollout.trial import TrialSite
 from t1jax.sandbox.base import SandboxError
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
@@ -260,8 +261,8 @@ def test_episode_trial_batch_two_of_three_carries_the_straggler(docker_backend):
         # Resumed after a weight update, in the same sandbox: turn 1's file is still there.
         return Scripted(tok, [render_tool_call("cat /app/p.txt"), *solve], "v1")
 
-    trial = episode_trial(docker_backend, engine_for, tok, {task.task_id: task},
-                          scale=GlobalScale(5, "test"), run_id=run_id,
+    trial = episode_trial(TrialSite(docker_backend, run_id=run_id, scale=GlobalScale(5, "test")),
+                          engine_for, tok, {task.task_id: task},
                           episode=EpisodeSettings(max_new_tokens=256, max_tokens=8192))
 
     def run(req, stop):
@@ -331,10 +332,10 @@ def test_a_verification_outage_drops_the_trial_and_a_broken_one_trains_as_zero(
         return real_verify(*args, **kwargs)
 
     monkeypatch.setattr(trial_lib, "verify", verify)
-    trial = episode_trial(docker_backend, lambda req: Scripted(
-        tok, [render_tool_call(SOLVE), "Done."], "v0"), tok, {task.task_id: task},
-        scale=GlobalScale(5, "test"), run_id=run_id,
-        episode=EpisodeSettings(max_new_tokens=256, max_tokens=8192))
+    trial = episode_trial(TrialSite(docker_backend, run_id=run_id, scale=GlobalScale(5, "test")),
+                          lambda req: Scripted(tok, [render_tool_call(SOLVE), "Done."], "v0"),
+                          tok, {task.task_id: task},
+                          episode=EpisodeSettings(max_new_tokens=256, max_tokens=8192))
     source = LiveRollouts(RolloutScheduler(trial, max_concurrency=1), [task], EpochSampler(1, 0),
                           engine=None, batch_size=1, oversample=2.0, carry_over=False)
     try:

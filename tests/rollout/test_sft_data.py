@@ -16,10 +16,13 @@ from t1jax.rollout.agent import run_agent_episode
 from t1jax.rollout.harness import RolloutError
 from t1jax.rollout.chat import IM_END, parse_tool_calls, render_tool_call
 from t1jax.rollout.engine import SamplingParams
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.oracle_data import (FINAL_ANSWER, OracleEngine, oracle_commands,
                                        oracle_samples, solution_commands, split_solution,
                                        unfaithful_constructs)
 from t1jax.rollout.sample import Sample, load_samples, save_samples
+from t1jax.rollout.fan_out import Images
+from t1jax.rollout.trial import TrialSite
 from t1jax.tasks.pool import default_pool_dir, load_pool
 from t1jax.verify.reward import pool_scale
 
@@ -191,15 +194,15 @@ def test_oracle_episode_real_sandbox(tok, pool, env):
     spec = SandboxSpec(image=backend.build(task), limits=task_limits(task, Limits()),
                        workdir="/app", run_id=run_id)
     with backend.create(spec) as box:
-        traj = run_agent_episode(task, eng, tok, box, sampling=SamplingParams(
-            max_new_tokens=4096), max_tokens=16384)
+        traj = run_agent_episode(task, eng, tok, box,
+                                 EpisodeSettings(max_new_tokens=4096, max_tokens=16384))
     assert traj.audit.ok and traj.finish == "done", traj.audit.errors
     assert [c.command for r in traj.records for c in r.commands] == commands
     assert all(c.exit_code == 0 for r in traj.records for c in r.commands)
 
     tasks = [pool[t] for t in TASKS]
-    samples, skipped = oracle_samples(tasks, backend, tok, pool_scale(tasks), num_layers=LAYERS,
-                                      top_k=K, workers=2, run_id=run_id)
+    site = TrialSite(backend, run_id=run_id, scale=pool_scale(tasks), concurrency=2)
+    samples, skipped = oracle_samples(tasks, site, tok, num_layers=LAYERS, top_k=K)
     assert skipped == [] and [s.metadata["task_id"] for s in samples] == list(TASKS)
     for s in samples:
         check_sample(s, pool[s.metadata["task_id"]], tok)
@@ -216,9 +219,9 @@ def test_oracle_samples_reports_skips(tok, pool, env, tmp_path):
     broken.write_text("#!/bin/bash\necho nothing to see\n")
     no_solution = dataclasses.replace(task, task_id="no-solution", solution_script=None)
     wrong = dataclasses.replace(task, task_id="wrong-solution", solution_script=broken)
-    samples, skipped = oracle_samples([no_solution, wrong], backend, tok, pool_scale([task]),
-                                      num_layers=1, top_k=1, run_id=run_id,
-                                      images={"wrong-solution": backend.build(task)})
+    site = TrialSite(backend, run_id=run_id, scale=pool_scale([task]),
+                     images=Images(backend, {"wrong-solution": backend.build(task)}))
+    samples, skipped = oracle_samples([no_solution, wrong], site, tok, num_layers=1, top_k=1)
     assert samples == []
     assert skipped[0][0] == "no-solution" and "no reference solution" in skipped[0][1]
     assert skipped[1][0] == "wrong-solution" and skipped[1][1].startswith("unresolved:")
@@ -229,8 +232,8 @@ def test_oracle_samples_reports_skips(tok, pool, env, tmp_path):
 def test_oracle_samples_whole_pool(tok, pool, env):
     backend, run_id = env
     tasks = list(pool.values())
-    samples, skipped = oracle_samples(tasks, backend, tok, pool_scale(tasks), num_layers=1,
-                                      top_k=1, workers=4, run_id=run_id)
+    site = TrialSite(backend, run_id=run_id, scale=pool_scale(tasks))
+    samples, skipped = oracle_samples(tasks, site, tok, num_layers=1, top_k=1)
     assert len(samples) + len(skipped) == len(tasks)
     assert not skipped, skipped
 

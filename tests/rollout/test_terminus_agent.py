@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from t1jax.rollout.chat import EOT, IM_END
-from t1jax.rollout.engine import FINISH_STOP, GenerateResult, SamplingParams
+from t1jax.rollout.engine import FINISH_STOP, GenerateResult
+from t1jax.rollout.settings import EpisodeSettings
 from t1jax.rollout.terminus_agent import render_ids, run_terminus_episode
 from t1jax.rollout.trial import task_limits
 from t1jax.sandbox.backend import SandboxSpec
@@ -26,7 +27,7 @@ from conftest import COUNT_LOG_SOLVE, COUNT_LOG_TASK
 
 TASK_DIR = COUNT_LOG_TASK
 LAYERS, K = 2, 2
-SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=512)
+EPISODE = EpisodeSettings(temperature=1.0, max_new_tokens=512)
 SOLVE = COUNT_LOG_SOLVE
 
 
@@ -116,8 +117,7 @@ def test_solves_task_with_double_confirmation(tok, task, docker_backend, char_sp
     try:
         with docker_backend.create(SandboxSpec(image=image, limits=limits, workdir="/app",
                                                run_id=run_id)) as box:
-            traj = run_terminus_episode(task, engine, tok, box, sampling=SAMPLING,
-                                        max_tokens=8192)
+            traj = run_terminus_episode(task, engine, tok, box, EPISODE.replace(max_tokens=8192))
             report = verify(task, box, docker_backend, GlobalScale(5, "test"), run_id=run_id,
                             limits=limits)
     finally:
@@ -156,7 +156,7 @@ def test_stop_on_endoftext_is_normalized(tok, task):
     engine = ScriptedEngine(tok, [reply(["echo hi\n"]), reply([], done=True),
                                   reply([], done=True)], stop=EOT)
     box = FakeSandbox()
-    traj = run_terminus_episode(task, engine, tok, box, sampling=SAMPLING, max_tokens=8192)
+    traj = run_terminus_episode(task, engine, tok, box, EPISODE.replace(max_tokens=8192))
     assert traj.finish == "done" and traj.turns == 3 and box.ran == ["echo hi"]
     assert traj.repairs["normalized"] == 2 and traj.chunk_starts == [0]
     # The re-rendered <|im_end|> replaced each sampled <|endoftext|>; only that id is untrained.
@@ -169,8 +169,8 @@ def test_undecodable_bytes_split_into_chunks(tok, task):
     half = tok.token_to_id("Ã")  # the byte 0xC3 alone: decodes to U+FFFD, re-encodes otherwise
     tail = [half] + tok.encode("\nThat is all.").ids  # too far from the end to normalize
     engine = ScriptedEngine(tok, [reply(["echo a\n"])], tail=tail, repeat_last=True)
-    traj = run_terminus_episode(task, engine, tok, FakeSandbox(), sampling=SAMPLING,
-                                max_turns=3, max_tokens=8192)
+    traj = run_terminus_episode(task, engine, tok, FakeSandbox(),
+                                EPISODE.replace(max_turns=3, max_tokens=8192))
     assert traj.finish == "turns" and traj.repairs["split"] == 2
     assert len(traj.chunk_starts) == 3
     for (start, end), prompt in zip(traj.chunks(), engine.prompts):
@@ -181,8 +181,8 @@ def test_undecodable_bytes_split_into_chunks(tok, task):
 
 def test_parse_errors_continue_until_turn_budget(tok, task):
     engine = ScriptedEngine(tok, ["not json at all"], repeat_last=True)
-    traj = run_terminus_episode(task, engine, tok, FakeSandbox(), sampling=SAMPLING,
-                                max_turns=3, max_tokens=8192)
+    traj = run_terminus_episode(task, engine, tok, FakeSandbox(),
+                                EPISODE.replace(max_turns=3, max_tokens=8192))
     assert traj.finish == "turns" and traj.turns == 3 and traj.parse_errors == 3
     assert "no JSON object found" in tok.decode(engine.prompts[-1])
     check_sampled(traj, engine)
@@ -190,13 +190,13 @@ def test_parse_errors_continue_until_turn_budget(tok, task):
 
 def test_token_and_time_budgets(tok, task):
     engine = ScriptedEngine(tok, [reply(["echo again\n"])], repeat_last=True)
-    traj = run_terminus_episode(task, engine, tok, FakeSandbox(), sampling=SAMPLING,
-                                max_tokens=1500)
+    traj = run_terminus_episode(task, engine, tok, FakeSandbox(), EPISODE.replace(max_tokens=1500))
     assert traj.finish == "tokens" and 1 <= traj.turns < 20
     assert all(len(p) < 1500 for p in engine.prompts)
     check_sampled(traj, engine)
     traj = run_terminus_episode(task, ScriptedEngine(tok, [reply(["true\n"])], repeat_last=True),
-                                tok, FakeSandbox(), sampling=SAMPLING, timeout_s=0.0)
+                                tok, FakeSandbox(),
+                                EPISODE.replace(timeout_s=0.0))
     assert traj.finish == "timeout" and traj.turns == 1
 
 
@@ -225,10 +225,11 @@ def test_compaction_keeps_every_chunk_exact(tok, task, policy):
     budget = prefix + 2000  # a turn here: a ~190-token reply and its output
     engine = ScriptedEngine(tok, [reply(["printf 'row %s\\n' 1 2 3 4 5 6\n"])],
                             repeat_last=True)
-    traj = run_terminus_episode(task, engine, tok, FakeSandbox(), sampling=SAMPLING,
-                                max_turns=20, max_tokens=1 << 16,
-                                system_prompt="Use the terminal.",
-                                context=ctx.ContextPolicy(budget, policy, summary_tokens=200))
+    traj = run_terminus_episode(task, engine, tok, FakeSandbox(),
+                                EPISODE.replace(max_turns=20, max_tokens=1 << 16,
+                                                system_prompt="Use the terminal.",
+                                                context=ctx.ContextPolicy(budget, policy,
+                                                                          summary_tokens=200)))
     check_sampled(traj, engine)
     _chunk_prompts_are_exact(traj, engine, budget)
     if policy == "stop":

@@ -8,8 +8,7 @@ import uuid
 
 import pytest
 
-from t1jax.rollout.trial import run_trial
-from t1jax.sandbox.base import Limits
+from t1jax.rollout.trial import TrialSite, run_trial
 from t1jax.tasks.task import load_task
 from t1jax.verify.reward import GlobalScale
 from conftest import COUNT_LOG_SOLVE, COUNT_LOG_TASK
@@ -25,17 +24,16 @@ class Stopped(Exception):
 @pytest.mark.slow
 def test_run_trial_grades_records_and_always_closes(docker_backend):
     task = load_task(TASK_DIR)
-    image = docker_backend.build(task)
     run_id = f"test-trial-{uuid.uuid4().hex[:8]}"
     scale = GlobalScale(5, "test")
+    site = TrialSite(docker_backend, run_id=run_id, scale=scale)
     boxes = []
 
-    def trial(play, **kwargs):
+    def trial(play, scale=scale, **kwargs):
         def recorded(box):
             boxes.append(box)
             return play(box)
-        return run_trial(task, docker_backend, recorded, image=image, limits=Limits(),
-                         run_id=run_id, **kwargs)
+        return run_trial(task, site.with_(scale=scale), recorded, **kwargs)
 
     try:
         solved = trial(lambda box: box.exec(SOLVE).exit_code, scale=scale)
@@ -69,15 +67,12 @@ def test_run_trial_grades_records_and_always_closes(docker_backend):
             trial(stop, scale=scale, keep_open_on=(Stopped,))
         kept = boxes[-1]
         assert kept.container is not None
-        resumed = run_trial(task, docker_backend, lambda box: box.exec(
-            "cat /app/kept.txt").output.strip(), sandbox=kept, limits=Limits(),
-            run_id=run_id, scale=scale)
+        resumed = run_trial(task, site, lambda box: box.exec(
+            "cat /app/kept.txt").output.strip(), sandbox=kept)
         assert resumed.played == "kept" and resumed.report is not None
         assert kept.container is None
 
-        no_image = run_trial(task, docker_backend, lambda box: None,
-                             image="t1jax-no-such-image:0", limits=Limits(), run_id=run_id,
-                             scale=scale)
+        no_image = run_trial(task, site, lambda box: None, image="t1jax-no-such-image:0")
         assert no_image.play_error is not None and no_image.report is None
         assert len(boxes) == 6  # the player never ran without a sandbox
     finally:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from t1jax.sandbox.base import Limits
 from t1jax.tasks.task import load_task
 from t1jax.curation.validate import run_episode
 from t1jax.verify.reward import GlobalScale
+from t1jax.rollout.trial import TrialSite
 
 ROOTFS = os.environ.get("T1JAX_ROOTFS") or os.path.expanduser("~/.cache/t1jax/rootfs-bookworm")
 
@@ -109,16 +109,13 @@ def backend(request, tmp_path_factory):
 def test_task_environment_as_harbor_gives_it(backend, tmp_path, dockerfile_workdir, toml_workdir):
     task = write_task(tmp_path, "envtask", dockerfile_workdir=dockerfile_workdir,
                       toml_workdir=toml_workdir)
-    image = backend.build(task)
-    scale = GlobalScale(3, "test")
-    oracle = run_episode(task, "oracle", backend, image, scale, limits=Limits(),
-                         run_id="test-task-env")
+    site = TrialSite(backend, run_id="test-task-env", scale=GlobalScale(3, "test"))
+    oracle = run_episode(task, "oracle", site)
     assert oracle.error is None, oracle.report and oracle.report.log
     assert {a.name.split("::")[-1]: a.status for a in oracle.report.assertions} == {
         "test_solution_saw_its_env_in_the_workdir": "passed",
         "test_verifier_env_and_cwd": "passed", "test_invariant_no_variables_of_ours": "passed"}
-    nothing = run_episode(task, "nothing", backend, image, scale, limits=Limits(),
-                          run_id="test-task-env")
+    nothing = run_episode(task, "nothing", site)
     statuses = {a.name.split("::")[-1]: a.status for a in nothing.report.assertions}
     assert statuses["test_solution_saw_its_env_in_the_workdir"] == "failed"
     assert statuses["test_invariant_no_variables_of_ours"] == "passed"
@@ -163,10 +160,9 @@ def test_the_verifier_gets_the_network_as_harbor_gives_it(docker_backend, tmp_pa
             (d / rel).parent.mkdir(parents=True, exist_ok=True)
             (d / rel).write_text(text)
         task = load_task(d)
-        result = run_episode(task, "nothing", backend, backend.build(task), GlobalScale(1, "t"),
-                             limits=Limits(), verifier=VerifierSettings(mode),
-                             run_id="test-task-net",
-                             allow_network=allow_network)
+        site = TrialSite(backend, run_id="test-task-net", allow_network=allow_network,
+                         scale=GlobalScale(1, "t"))
+        result = run_episode(task, "nothing", site, VerifierSettings(mode))
         assert result.error is None and result.report.solved, result.report.log[-2000:]
     finally:
         backend.reap("test-task-net")

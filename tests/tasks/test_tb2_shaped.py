@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from t1jax.sandbox.base import Limits
 from t1jax.tasks.pool import load_pool
 from t1jax.curation.validate import run_episode
 from t1jax.verify.reward import GlobalScale
 from t1jax.verify.verifier import VerifierSettings
+from t1jax.rollout.trial import TrialSite
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "t1jax" / "tasks" / "tb2_shaped"
@@ -85,14 +85,11 @@ def network_backend(docker_backend):
 
 @pytest.mark.slow
 def test_oracle_and_do_nothing_offline(corpus, network_backend):
-    scale = GlobalScale(3, "test")
+    site = TrialSite(network_backend, run_id="test-tb2-shaped", scale=GlobalScale(3, "test"))
     out = {}
     for tid, task in sorted(corpus.items()):
-        image = network_backend.build(task)
         for agent in ("oracle", "nothing"):
-            result = run_episode(task, agent, network_backend, image, scale, limits=Limits(),
-                                 verifier=VerifierSettings("offline"),
-                                 run_id="test-tb2-shaped")
+            result = run_episode(task, agent, site, VerifierSettings("offline"))
             assert result.error is None, (tid, agent, result.error,
                                           result.report and result.report.log[-3000:])
             out[tid, agent] = {a.name.split("::")[-1].split(".")[-1]: a.status
@@ -112,7 +109,7 @@ def test_eval_job_runs_every_task_and_says_so(corpus, network_backend, tmp_path)
     workdir = tmp_path / "eval"
     done = subprocess.run(
         [sys.executable, "experiments/run.py", "--config", "configs/eval.py:offline",
-         "--workdir", str(workdir), f"--config.tasks={CORPUS}", "--config.attempts=1",
+         "--workdir", str(workdir), f"--config.tasks={CORPUS}", "--config.eval.attempts=1",
          "--config.rollouts.max_turns=1", "--config.rollouts.max_new_tokens=8",
          "--config.harness=tools",
          "--config.sandbox.build_network=host", "--config.sandbox.concurrency=3"],

@@ -24,6 +24,7 @@ from t1jax.tasks.task import load_task
 from t1jax.curation.validate import run_agent
 from t1jax.verify.reward import INVARIANT, GlobalScale
 from t1jax.verify.verifier import tampered_paths, verify
+from t1jax.rollout.trial import TrialSite
 
 SEED = Path(__file__).resolve().parents[2] / "t1jax" / "tasks" / "seed_tasks"
 SCALE = GlobalScale(10, "test")
@@ -354,8 +355,8 @@ def test_a_failed_oracle_says_what_its_solve_sh_said(docker_backend, built, tmp_
                                tests={"test_outputs.py": OUT_TESTS}, solve_sh=solve))
     built(task)
     out = tmp_path / "out"
-    summary = validate_pool([task], docker_backend, out_dir=out, concurrency=1,
-                            run_id="test-oracle-why")
+    summary = validate_pool([task], TrialSite(docker_backend, run_id="test-oracle-why",
+                                              concurrency=1), out_dir=out)
     assert summary["unhealthy"] == ["needs-net"]
     row = next(r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())
                if r["agent"] == "oracle")
