@@ -16,10 +16,20 @@ def check_variant(config_file: str, arg: str | None, variants=()) -> None:
                             else " (it takes none)"))
 
 
+def _default(code, name: str):
+    """The default of `code`'s parameter or dataclass field `name`: written there, once."""
+    import dataclasses
+    import inspect
+    if dataclasses.is_dataclass(code):
+        return next(f.default for f in dataclasses.fields(code) if f.name == name)
+    return inspect.signature(code).parameters[name].default
+
+
 def sandbox_config() -> ml_collections.ConfigDict:
+    from t1jax.rollout.trial import TrialSite
     sandbox = ml_collections.ConfigDict()
     sandbox.backend = "docker"  # docker | bwrap (no daemon needed)
-    sandbox.concurrency = 4  # sandboxes running at once
+    sandbox.concurrency = _default(TrialSite, "concurrency")  # sandboxes running at once
     sandbox.allow_network = False  # a task's allow_internet only counts when this is True
     sandbox.runtime = ""  # Docker runtime: "" (the daemon's default, runc) | runc | runsc (gVisor)
     sandbox.build_network = "none"  # network for `docker build` (host to apt-get in builds)
@@ -80,11 +90,8 @@ def rollouts_config() -> ml_collections.ConfigDict:
     engine, the tokenizer and tool format, and the episode's knobs, at the defaults of
     t1jax.rollout.settings.EpisodeSettings (built from this block by t1jax/jobs/build.py
     episode_settings) and of the fleet client."""
-    import inspect
-
     from t1jax.rollout.settings import EpisodeSettings
     from t1jax.rollout.sglang import FleetClient
-    fleet = inspect.signature(FleetClient).parameters
     r = ml_collections.ConfigDict()
     r.engine = "embedded"  # embedded (in-process JAX) | fleet (SGLang-API servers)
     r.engine_batch = 8  # sequences the embedded engine decodes together
@@ -92,8 +99,8 @@ def rollouts_config() -> ml_collections.ConfigDict:
     # an SGLang model gateway in front of them (smg >= 1.13, --policy consistent_hashing):
     # generation goes through it, weights are published to every fleet_urls server
     r.fleet_router = ""
-    r.fleet_timeout_s = fleet["timeout_s"].default  # per HTTP call to a fleet server
-    r.fleet_retries = fleet["retries"].default  # extra attempts on other servers after a failure
+    r.fleet_timeout_s = _default(FleetClient, "timeout_s")  # per HTTP call to a fleet server
+    r.fleet_retries = _default(FleetClient, "retries")  # extra tries on other servers on failure
     r.tokenizer = ""  # tokenizer.json (the model's own); "": the job's default
     # qwen3_json | qwen3_xml; "": the checkpoint's (init.hf_path) or tokenizer folder's chat
     # template says (t1jax/rollout/chat.py), else qwen3_json
@@ -108,9 +115,10 @@ def rollouts_config() -> ml_collections.ConfigDict:
 def eval_config() -> ml_collections.ConfigDict:
     """How a policy is evaluated, in both jobs that evaluate (the recipe's base / SFT / PPO
     evaluations, the eval job): k attempts per task at one temperature, seeded."""
+    from t1jax.rollout.evaluate import evaluate
     from t1jax.rollout.settings import EpisodeSettings
     e = ml_collections.ConfigDict()
-    e.attempts = 3  # trials per task; pass@k is reported for k = 1..attempts
+    e.attempts = _default(evaluate, "attempts")  # trials per task; pass@k for k = 1..attempts
     e.temperature = EpisodeSettings.temperature
     e.top_p = EpisodeSettings.top_p  # >= 1: no nucleus truncation
     e.timeout_s = 0.0  # per trial wall clock; 0: the task's [agent] timeout_sec
@@ -120,14 +128,20 @@ def eval_config() -> ml_collections.ConfigDict:
 
 def context_config(rollouts: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Context management for episodes longer than one context window
-    (t1jax/rollout/context.py); "none" keeps one chunk as long as the trial (rl.max_length)."""
+    (t1jax/rollout/context.py); "none" keeps one chunk as long as the trial (rl.max_length).
+    A policy's knobs take ContextPolicy's defaults."""
+    import dataclasses
+
+    from t1jax.rollout.context import ContextPolicy
+    policy = {f.name: f.default for f in dataclasses.fields(ContextPolicy)}
     rollouts.compaction = "none"  # none | stop | elide | summary
     # tokens per trial, all chunks together (0: rl.max_length, one training row); larger needs a
     # compaction policy, and the trainer then splits a trial over rows at chunk boundaries
     rollouts.trial_tokens = 0
     rollouts.context_tokens = 0  # tokens per chunk (0: the model's positions, the engine's cache)
-    rollouts.compaction_reserve = 0  # free tokens a turn needs (0: max_new_tokens)
-    rollouts.keep_observations = 1  # elide: the newest tool outputs kept whole
-    rollouts.replay_fraction = 0.5  # elide: replayed turns' share of the room after the prompt
-    rollouts.summary_tokens = 128  # summary: the summary reply's token budget
+    rollouts.compaction_reserve = policy["reserve"]  # free tokens a turn needs (0: automatic)
+    rollouts.keep_observations = policy["keep_observations"]  # elide: newest outputs kept whole
+    # elide: replayed turns' share of the room after the prompt
+    rollouts.replay_fraction = policy["replay_fraction"]
+    rollouts.summary_tokens = policy["summary_tokens"]  # summary: the summary reply's budget
     return rollouts

@@ -57,10 +57,9 @@ def main() -> int:
     from tokenizers import Tokenizer
 
     from configs.tiny_cpu import get_config
-    from t1jax.jobs.build import episode_settings, sandbox_backend, trial_site
+    from t1jax.jobs.build import episode_settings, rollout_engine, sandbox_backend, trial_site
     from t1jax.model.config import model_config_from
     from t1jax.model.transformer import CausalLM
-    from t1jax.rollout.batching import embedded_engine
     from t1jax.rollout.scheduler import RolloutScheduler, TrialRequest, episode_trial
     from t1jax.rollout.tokenizer import train_tokenizer
     from t1jax.curation import families
@@ -100,7 +99,7 @@ def main() -> int:
                                engine_len=config.rl.max_length)
 
     def run_arm(sessions: bool, label: str) -> dict:
-        batching = embedded_engine(model, max_batch=r.engine_batch, max_len=config.rl.max_length)
+        batching = rollout_engine(config, config.rl.max_length, model)  # the embedded one
         engine = batching if sessions else WithoutSessions(batching)
         trial = episode_trial(site, engine, tok, {t.task_id: t for t in tasks},
                               episode=episode, seed=1234)

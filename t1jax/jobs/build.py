@@ -314,6 +314,15 @@ def rollout_seed(config, stage: str) -> int:
     return derived_seed(config.seed, f"rollouts/{stage}") if seed < 0 else int(seed)
 
 
+def eval_seed(config) -> int:
+    """config.eval.sampling_seed, or with -1 (the default) one derived from config.seed: every
+    evaluation of a job (the recipe's base / SFT / PPO, the eval job's) draws the same random
+    numbers per (task, attempt, turn), and another value is another draw of the same policies."""
+    from t1jax.rollout.engine import derived_seed
+    seed = config.eval.sampling_seed
+    return derived_seed(config.seed, "eval") if seed < 0 else int(seed)
+
+
 def verifier_settings(config):
     """config.verifier as the one VerifierSettings every trial of the job is verified with
     (its choices are checked by experiments/run.py before any job starts: check_verifier)."""
@@ -357,12 +366,30 @@ def fleet_client(rollouts, model_cfg):
                        timeout_s=r.fleet_timeout_s, retries=r.fleet_retries)
 
 
+def rollout_engine(config, max_len: int, model=None, *, model_cfg=None,
+                   weight_version: str = "0"):
+    """The rollouts block's engine over contexts of max_len tokens, written once for training,
+    the recipe's evaluations and the eval job: the embedded JAX engine holding `model`
+    (rollouts.engine_batch rows decoded together, its weights called weight_version), or with
+    rollouts.engine='fleet' a FleetEngine over rollouts.fleet_urls, whose servers hold the
+    policy (model_cfg: its routes' shape)."""
+    r = config.rollouts
+    if r.engine == "embedded":
+        from t1jax.rollout.batching import embedded_engine
+        return embedded_engine(model, max_batch=r.engine_batch, max_len=max_len,
+                               weight_version=weight_version)
+    if r.engine == "fleet":
+        if not r.fleet_urls:
+            raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
+        from t1jax.rollout.sglang import FleetEngine
+        return FleetEngine(fleet_client(r, model_cfg), max_len)
+    raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
+
+
 def live_rollouts(config, trainer, workdir: Path, stack: TaskStack, stage: str = "ppo"):
     """Rollouts of the stack's tasks by the trainer's policy (config.rollouts, config.sandbox,
     config.rl), sampled with rollout_seed(config, stage)."""
-    from t1jax.rollout.batching import embedded_engine
     from t1jax.rollout.scheduler import RolloutScheduler, episode_trial
-    from t1jax.rollout.sglang import FleetEngine
     from t1jax.rollout.source import LiveRollouts
     from t1jax.tasks.sampler import EpochSampler
     from t1jax import distributed
@@ -372,20 +399,16 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack, stage: str =
     if r.engine == "embedded" and processes[1] > 1:
         # each process generates alone, at its own pace, from its own whole copy of the policy
         from flax import nnx
-        engine = embedded_engine(nnx.merge(trainer.actor_def, local_params(trainer.state.actor)),
-                                 max_batch=r.engine_batch, max_len=config.rl.max_length)
+        engine = rollout_engine(config, config.rl.max_length, nnx.merge(
+            trainer.actor_def, local_params(trainer.state.actor)))
 
         def publish_local(trainer, version):
             engine.load_weights(local_params(trainer.state.actor), version)
         publish = publish_local
     elif r.engine == "embedded":
-        engine = embedded_engine(trainer.actor_model(), max_batch=r.engine_batch,
-                                 max_len=config.rl.max_length)
-    elif r.engine == "fleet":
-        if not r.fleet_urls:
-            raise UsageError("config.rollouts.engine='fleet' needs config.rollouts.fleet_urls")
-        engine = FleetEngine(fleet_client(r, trainer.cfg),
-                             config.rl.max_length)
+        engine = rollout_engine(config, config.rl.max_length, trainer.actor_model())
+    else:
+        engine = rollout_engine(config, config.rl.max_length, model_cfg=trainer.cfg)
         weights_dir = Path(r.weights_dir) if r.weights_dir else workdir / "published"
 
         previous = []  # what this job published last: once replaced, no server reads it
@@ -397,8 +420,6 @@ def live_rollouts(config, trainer, workdir: Path, stack: TaskStack, stage: str =
                 shutil.rmtree(previous.pop(), ignore_errors=True)
             previous[:] = [path]
         publish = publish_to_fleet
-    else:
-        raise UsageError(f"config.rollouts.engine={r.engine!r}; choose embedded or fleet")
     trial_tokens = r.trial_tokens or config.rl.max_length
     if trial_tokens > config.rl.max_length and r.compaction == "none":
         raise UsageError(f"config.rollouts.trial_tokens={trial_tokens} is more than one training "

@@ -86,7 +86,6 @@ def run(config, workdir: Path) -> int:
 
     from t1jax.rollout.eval_summary import skipped_note
     from t1jax.rollout.evaluate import evaluate
-    from t1jax.rollout.engine import derived_seed
 
     pool_dir = build.task_folder(config)
     tasks = build.load_job_tasks(pool_dir, skip_invalid=config.skip_invalid_tasks,
@@ -102,19 +101,15 @@ def run(config, workdir: Path) -> int:
         max_positions=model_config_from(config.model).max_position_embeddings,
         engine_len=e.max_tokens, timeout_s=e.timeout_s)
     engine_len = episode.context.budget if episode.context is not None else e.max_tokens
+    model, default_label = None, "fleet"
     if r.engine == "embedded":
-        from t1jax.rollout.batching import embedded_engine
         model, default_label = load_policy(config)
         if tok.get_vocab_size() > model.model.cfg.vocab_size:
             raise UsageError(f"the tokenizer has {tok.get_vocab_size()} ids but the model's "
                              f"vocab_size is {model.model.cfg.vocab_size}")
-        engine = embedded_engine(model, max_batch=r.engine_batch,
-                                 max_len=engine_len, weight_version=default_label)
-    else:
-        from t1jax.rollout.sglang import FleetEngine
-        engine = FleetEngine(build.fleet_client(r, model_config_from(config.model)),
-                             engine_len)
-        default_label = "fleet"
+    engine = build.rollout_engine(config, engine_len, model,
+                                  model_cfg=model_config_from(config.model),
+                                  weight_version=default_label)
     label = config.label or default_label
 
     stack = build.task_stack(config, tasks, tok)
@@ -122,7 +117,7 @@ def run(config, workdir: Path) -> int:
     if recorded is not None:  # a trained policy: scored on its run's scale, not these tasks'
         stack = dataclasses.replace(stack, scale=recorded)
     run_id = config.run_id or f"{workdir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    seed = derived_seed(config.seed, "eval") if e.sampling_seed < 0 else int(e.sampling_seed)
+    seed = build.eval_seed(config)
     with job_progress() as progress:
         builds = progress.add_task("build task images", total=len(tasks), info="")
         trials = progress.add_task(f"{label} trials ({config.harness})",

@@ -715,9 +715,7 @@ class Recipe:
     def eval_seed(self) -> int:
         """config.eval.sampling_seed, or with -1 (the default) one derived from config.seed:
         another evaluation draw of the same policies without another pool."""
-        from t1jax.rollout.engine import derived_seed
-        seed = self.config.eval.sampling_seed
-        return derived_seed(self.config.seed, "eval") if seed < 0 else int(seed)
+        return build.eval_seed(self.config)
 
     def evaluate(self, label: str, policy, split: str = "test", served=None) -> dict:
         """Evaluation of `policy` (a CausalLM) on the test (held-out) or validation split, k
@@ -737,10 +735,8 @@ class Recipe:
             if engine is None:
                 engine, published = self._fleet_holding(policy, f"eval-{split}-{label}")
         else:
-            from t1jax.rollout.batching import embedded_engine
             policy = build.local_model(policy)  # an allgather in a multi-process job
-            engine = embedded_engine(policy, max_batch=self.config.rollouts.engine_batch,
-                                     max_len=self.config.rl.max_length)
+            engine = build.rollout_engine(self.config, self.config.rl.max_length, policy)
         try:
             summary = self._play_evaluation(label, split, engine, out,
                                             policy.model.cfg.max_position_embeddings)
@@ -752,13 +748,13 @@ class Recipe:
     def _fleet_holding(self, policy, version: str):
         """(a FleetEngine whose servers hold `policy` as `version`, the published folder).
         Every process calls it (each writes its shards)."""
-        from t1jax.rollout.sglang import FleetEngine
         r = self.config.rollouts
-        client = build.fleet_client(r, policy.model.cfg)
+        engine = build.rollout_engine(self.config, self.config.rl.max_length,
+                                      model_cfg=policy.model.cfg)
         weights_dir = Path(r.weights_dir) if r.weights_dir else self.workdir / "published"
-        path = build.publish_weights(client, policy, weights_dir, version,
+        path = build.publish_weights(engine.client, policy, weights_dir, version,
                                      build.tokenizer_files(self.config))
-        return FleetEngine(client, self.config.rl.max_length), path
+        return engine, path
 
     def _play_evaluation(self, label: str, split: str, engine, out: Path,
                          max_positions: int) -> dict:

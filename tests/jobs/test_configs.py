@@ -302,3 +302,21 @@ def test_a_variant_a_config_file_lacks_is_an_error_naming_its_variants(name):
     default silently (configs/oracle.py:offline once did)."""
     with pytest.raises(ValueError, match="no such|has no variant|unknown|variants"):
         importlib.import_module(f"configs.{name}").get_config("no_such_variant")
+
+
+def test_a_renamed_entry_of_an_older_run_still_compares(tmp_path):
+    """rollouts.system_prompt was agent.system_prompt: a finished run recorded under the old
+    name is reused by a run with the same prompt under the new one, and not by another."""
+    from t1jax.jobs.recipe import link_reused
+    src = tmp_path / "old-run"
+    for done in ("pool", "oracle"):
+        (src / done).mkdir(parents=True)
+        (src / done / "DONE").write_text("{}")
+    (src / "tokenizer.json").write_text("{}")
+    (src / "config.json").write_text(json.dumps({"agent": {"system_prompt": "Use bash."},
+                                                 "rollouts": {"tokenizer": ""}}))
+    for prompt, linked in (("Use bash.", True), ("Use the shell.", False)):
+        dst = tmp_path / f"new-{linked}"
+        dst.mkdir()
+        mine = {"rollouts": {"system_prompt": prompt, "tokenizer": ""}}
+        assert ("tokenizer.json" in link_reused(src, dst, config=mine)) == linked, prompt
